@@ -1,0 +1,60 @@
+"""Registers ``egpo`` with verl's advantage-estimator registry.
+
+verl's ``compute_advantage`` hands a registered estimator only rewards, mask, uid and the ``algorithm``
+config: no entropy, no responses. The egpo trainer (``egpo.trainer``) routes ``egpo`` around that call
+with the entropy it keeps; the registered function exists so that ``adv_estimator=egpo`` run through a
+trainer that cannot supply entropy stops with an explanation instead of silently training GRPO.
+"""
+
+from __future__ import annotations
+
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
+
+from egpo.advantage.egpo import compute_egpo_outcome_advantage
+
+ESTIMATOR_NAME = "egpo"
+
+
+class EntropyNotSuppliedError(RuntimeError):
+    pass
+
+
+def egpo_estimator(
+    token_level_rewards,
+    response_mask,
+    index=None,
+    config=None,
+    token_level_entropy=None,
+    responses=None,
+    starts_inside=None,
+    **kwargs,
+):
+    """verl-registry entry point; needs ``token_level_entropy`` and ``responses`` from the egpo trainer."""
+    if token_level_entropy is None or responses is None:
+        raise EntropyNotSuppliedError(
+            "algorithm.adv_estimator=egpo needs per-token entropy and the response tokens, which verl's stock "
+            "RayPPOTrainer does not pass to registered estimators. Run the job through `python -m egpo.main` "
+            "(it uses egpo.trainer.EgpoRayPPOTrainer, which supplies them), or use another estimator."
+        )
+    if index is None:
+        raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
+    cfg = config if config is not None else {}
+    return compute_egpo_outcome_advantage(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        token_level_entropy=token_level_entropy,
+        responses=responses,
+        egpo_lambda=cfg.get("egpo_lambda", 0.4),
+        egpo_alpha=cfg.get("egpo_alpha", 2.0),
+        cot_start_token_id=cfg.get("cot_start_token_id", None) or 151667,
+        cot_end_token_id=cfg.get("cot_end_token_id", None) or 151668,
+        norm_adv_by_std_in_grpo=cfg.get("norm_adv_by_std_in_grpo", True),
+        starts_inside=starts_inside,
+    )
+
+
+def register() -> None:
+    """Idempotent: registering the same function twice is a no-op in verl's registry."""
+    if ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME) is not egpo_estimator:
+        register_adv_est(ESTIMATOR_NAME)(egpo_estimator)

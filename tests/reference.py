@@ -1,0 +1,59 @@
+"""Independent, deliberately naive references (Python loops, float64) for the EGPO contract."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+S, E = 7, 8  # <think>, </think> in the hand-worked tests
+
+
+def cot_mask_ref(tokens, mask, start_id, end_id, starts_inside=None):
+    """One response: a literal reading of the spec's state machine."""
+    if starts_inside is None:
+        markers = [t for t in tokens if t in (start_id, end_id)]
+        starts_inside = bool(markers) and markers[0] == end_id
+    inside = starts_inside
+    out = []
+    for tok, valid in zip(tokens, mask):
+        if tok == start_id:
+            inside = True
+            out.append(False)
+        elif tok == end_id:
+            inside = False
+            out.append(False)
+        else:
+            out.append(bool(inside and valid))
+    return out
+
+
+def grpo_ref(scores, index, eps=1e-6, norm_by_std=True):
+    groups = defaultdict(list)
+    for s, g in zip(scores, index):
+        groups[g].append(float(s))
+    out = []
+    for s, g in zip(scores, index):
+        vals = groups[g]
+        if len(vals) == 1:
+            mean, std = 0.0, 1.0
+        else:
+            mean = sum(vals) / len(vals)
+            std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+        out.append((float(s) - mean) / (std + eps) if norm_by_std else float(s) - mean)
+    return out
+
+
+def egpo_ref(rewards, mask, index, entropy, responses, lam, alpha, start_id, end_id, starts_inside=None,
+             norm_by_std=True):
+    """Rows of python floats in, per-response A'_i (float64) out."""
+    scores = [sum(float(r) for r in row) for row in rewards]
+    adv = grpo_ref(scores, index, norm_by_std=norm_by_std)
+    out = []
+    for i, a in enumerate(adv):
+        si = None if starts_inside is None else bool(starts_inside[i])
+        cot = cot_mask_ref(responses[i], mask[i], start_id, end_id, si)
+        vals = [float(h) for h, c in zip(entropy[i], cot) if c and math.isfinite(float(h))]
+        h = sum(vals) / len(vals) if vals else 0.0
+        bound = abs(a) / alpha
+        out.append(a + lam * min(max(h, -bound), bound))
+    return out
