@@ -1,0 +1,1 @@
+"""A tiny model, tokenizer and task built locally, for running the real trainer on a CPU."""

@@ -1,0 +1,133 @@
+"""Where the kept entropy is spent: the ``egpo`` branch of verl's ``compute_advantage``.
+
+verl's ``RayPPOTrainer.fit`` calls the module-level ``verl.trainer.ppo.ray_trainer.compute_advantage``, looked
+up at call time, and that function hands registered estimators no entropy. :func:`install` wraps it once per
+process: ``egpo`` is computed here from the batch (entropy chosen by ``algorithm.entropy_source``, responses,
+prompts), every other estimator goes to verl's function untouched. The wrap is guarded: if verl's shapes
+change, start-up fails with the names of what changed.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer as verl_ray_trainer
+
+from egpo.advantage import compute_egpo_advantage_with_diagnostics, prompt_ends_inside_think
+from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.trainer.config import EgpoSettings
+from egpo.trainer.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
+
+_EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
+
+
+class VerlShapeError(RuntimeError):
+    """verl no longer has the shape this version of egpo extends."""
+
+
+class MissingEntropyError(RuntimeError):
+    pass
+
+
+def _check_verl_shape() -> None:
+    target = verl_ray_trainer.compute_advantage
+    if getattr(target, "__egpo_wraps__", None) is not None:
+        target = target.__egpo_wraps__
+    params = tuple(inspect.signature(target).parameters)
+    if params != _EXPECTED_PARAMS:
+        raise VerlShapeError(
+            f"verl.trainer.ppo.ray_trainer.compute_advantage has parameters {params}, egpo expects {_EXPECTED_PARAMS} "
+            "(verl 0.7.1). Pin verl==0.7.1 or update egpo.trainer.advantage_step."
+        )
+    if "compute_advantage" not in verl_ray_trainer.RayPPOTrainer.fit.__code__.co_names:
+        raise VerlShapeError(
+            "verl's RayPPOTrainer.fit no longer calls the module-level compute_advantage (verl 0.7.1 does), so egpo "
+            "cannot supply entropy to the estimator. Pin verl==0.7.1 or update egpo.trainer.advantage_step."
+        )
+
+
+def missing_entropy_message(settings: EgpoSettings) -> str:
+    if settings.entropy_source == "rollout":
+        return (
+            f"algorithm.entropy_source=rollout but the batch has no '{ROLLOUT_ENTROPY}': the rollout did not return "
+            "per-token entropy. Use egpo's rollout path (the egpo recipes set "
+            "actor_rollout_ref.rollout.agent.agent_loop_manager_class to egpo's entropy agent-loop manager, which "
+            "works with the hf and sglang servers), or use algorithm.entropy_source=actor."
+        )
+    return (
+        "algorithm.entropy_source=actor but the actor's entropy was not kept for the advantage: the step did not run "
+        "the old-log-prob recompute through egpo.trainer.EgpoRayPPOTrainer. Run through `python -m egpo.main`."
+    )
+
+
+def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True) -> DataProto:
+    """EGPO advantages into ``data``; its entropy keys are dropped, its diagnostics go to ``meta_info``."""
+    settings = EgpoSettings.from_algorithm(config)
+    batch = data.batch
+    if settings.entropy_key not in batch.keys():
+        raise MissingEntropyError(missing_entropy_message(settings))
+    if "response_mask" not in batch.keys():
+        batch["response_mask"] = verl_ray_trainer.compute_response_mask(data)
+    if settings.cot_start_token_id is None or settings.cot_end_token_id is None:
+        raise MissingEntropyError(
+            "algorithm.cot_start_token_id / cot_end_token_id are unset; `python -m egpo.main` fills them from the "
+            "tokenizer. Set them explicitly when building the trainer yourself."
+        )
+    responses = batch["responses"]
+    entropy = batch[settings.entropy_key]
+    if entropy.shape != responses.shape:
+        raise MissingEntropyError(
+            f"batch['{settings.entropy_key}'] has shape {tuple(entropy.shape)} but responses has shape "
+            f"{tuple(responses.shape)}: entropy must be aligned 1:1 with the response tokens"
+        )
+    starts_inside = None
+    if "prompts" in batch.keys():
+        starts_inside = prompt_ends_inside_think(batch["prompts"], settings.cot_start_token_id, settings.cot_end_token_id)
+    advantages, returns, diagnostics = compute_egpo_advantage_with_diagnostics(
+        token_level_rewards=batch["token_level_rewards"],
+        response_mask=batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        token_level_entropy=entropy,
+        responses=responses,
+        egpo_lambda=settings.egpo_lambda,
+        egpo_alpha=settings.egpo_alpha,
+        cot_start_token_id=settings.cot_start_token_id,
+        cot_end_token_id=settings.cot_end_token_id,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        starts_inside=starts_inside,
+    )
+    batch["advantages"] = advantages
+    batch["returns"] = returns
+    for key in TRANSIENT_BATCH_KEYS:
+        if key in batch.keys():
+            batch.pop(key)
+    metrics = diagnostics.as_metrics()
+    if metrics["egpo/cot_entropy_mean"] != metrics["egpo/cot_entropy_mean"]:  # no response had a span: undefined
+        del metrics["egpo/cot_entropy_mean"]
+    metrics["egpo/starts_inside_frac"] = float(starts_inside.float().mean()) if starts_inside is not None else 0.0
+    metrics["egpo/entropy_source_is_rollout"] = float(settings.entropy_source == "rollout")
+    add_step_metrics(data, metrics)
+    return data
+
+
+def add_step_metrics(data: DataProto, metrics: dict) -> None:
+    data.meta_info.setdefault(STEP_METRICS, {}).update(metrics)
+
+
+def compute_advantage(data, adv_estimator, *args, **kwargs):
+    """verl's ``compute_advantage`` with the ``egpo`` branch; other estimators go to verl unchanged."""
+    if getattr(adv_estimator, "value", adv_estimator) != ESTIMATOR_NAME:
+        return compute_advantage.__egpo_wraps__(data, adv_estimator, *args, **kwargs)
+    bound = inspect.signature(compute_advantage.__egpo_wraps__).bind(data, adv_estimator, *args, **kwargs)
+    bound.apply_defaults()
+    return compute_egpo_advantage_step(data, bound.arguments["config"], bound.arguments["norm_adv_by_std_in_grpo"])
+
+
+def install() -> None:
+    """Routes verl's ``compute_advantage`` through :func:`compute_advantage` (guarded, idempotent)."""
+    _check_verl_shape()
+    if verl_ray_trainer.compute_advantage is compute_advantage:
+        return
+    compute_advantage.__egpo_wraps__ = verl_ray_trainer.compute_advantage
+    verl_ray_trainer.compute_advantage = compute_advantage

@@ -1,0 +1,31 @@
+"""Agreement between the rollout engine's entropy and the actor's recompute (the ablation's key figure)."""
+
+from __future__ import annotations
+
+import torch
+
+PREFIX = "egpo/entropy_rollout_vs_actor/"
+
+
+def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor, response_mask: torch.Tensor) -> dict:
+    """Mean |rollout - actor| and Pearson r over valid response tokens where both values are finite (float64)."""
+    if rollout_entropy.shape != actor_entropy.shape:
+        raise ValueError(
+            f"rollout_entropy has shape {tuple(rollout_entropy.shape)} but the actor's entropy has shape "
+            f"{tuple(actor_entropy.shape)}; the rollout must emit one value per response token"
+        )
+    r = rollout_entropy.detach().double()
+    a = actor_entropy.detach().double()
+    valid = response_mask.bool() & torch.isfinite(r) & torch.isfinite(a)
+    r, a = r[valid], a[valid]
+    n = r.numel()
+    metrics = {f"{PREFIX}tokens": float(n)}
+    if n == 0:
+        return metrics
+    metrics[f"{PREFIX}mean_abs_diff"] = float((r - a).abs().mean())
+    metrics[f"{PREFIX}max_abs_diff"] = float((r - a).abs().max())
+    rc, ac = r - r.mean(), a - a.mean()
+    denom = torch.sqrt((rc * rc).sum() * (ac * ac).sum())
+    if n > 1 and denom > 0:
+        metrics[f"{PREFIX}pearson"] = float((rc * ac).sum() / denom)
+    return metrics

@@ -1,0 +1,54 @@
+"""``EgpoRayPPOTrainer``: where entropy is kept and dropped.
+
+Two verl methods are overridden, nothing else:
+
+* ``_compute_old_log_prob``: the actor's recompute already returns ``entropys``; ``fit`` pops it. With
+  ``entropy_source=actor`` the same tensor is also kept under ``egpo_actor_entropy`` so it survives until
+  the advantage. Whenever the rollout's entropy is in the batch too, their agreement is measured here.
+* ``_update_actor``: egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
+  step metrics are added to the actor's metrics, which ``fit`` logs.
+
+The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
+"""
+
+from __future__ import annotations
+
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+from egpo.trainer import advantage_step
+from egpo.trainer.config import EgpoSettings, warn_on_temperature_mismatch
+from egpo.trainer.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
+from egpo.trainer.metrics import entropy_agreement
+
+
+class EgpoRayPPOTrainer(RayPPOTrainer):
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        self.egpo = EgpoSettings.from_algorithm(config.algorithm)
+        advantage_step.install()
+        warn_on_temperature_mismatch(config, self.egpo)
+
+    def _compute_old_log_prob(self, batch: DataProto):
+        old_log_prob, mfu = super()._compute_old_log_prob(batch)
+        actor_entropy = old_log_prob.batch.get("entropys", None) if old_log_prob.batch is not None else None
+        if self.egpo.enabled and self.egpo.entropy_source == "actor":
+            if actor_entropy is None:
+                raise advantage_step.MissingEntropyError(
+                    "the actor's old-log-prob recompute returned no 'entropys'; egpo with entropy_source=actor needs it"
+                )
+            old_log_prob.batch[ACTOR_ENTROPY] = actor_entropy
+        if actor_entropy is not None and ROLLOUT_ENTROPY in batch.batch.keys():
+            advantage_step.add_step_metrics(
+                batch, entropy_agreement(batch.batch[ROLLOUT_ENTROPY], actor_entropy, batch.batch["response_mask"])
+            )
+        return old_log_prob, mfu
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        step_metrics = batch.meta_info.pop(STEP_METRICS, {})
+        for key in TRANSIENT_BATCH_KEYS:
+            if key in batch.batch.keys():
+                batch.batch.pop(key)
+        actor_output = super()._update_actor(batch)
+        actor_output.meta_info.setdefault("metrics", {}).update(step_metrics)
+        return actor_output

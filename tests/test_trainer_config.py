@@ -1,0 +1,122 @@
+"""Config composition of the user's exact command line, and every start-up error."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from egpo.trainer.config import (
+    EgpoConfigError,
+    EgpoSettings,
+    lookup_think_token_ids,
+    resolve_think_token_ids,
+    warn_on_temperature_mismatch,
+)
+
+
+def composed(*overrides):
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        return compose(config_name="egpo_trainer", overrides=list(overrides))
+
+
+def run_main(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "egpo.main", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_users_line_composes_without_plus():
+    proc = run_main("--cfg", "job", "algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
+    assert proc.returncode == 0, proc.stderr
+    cfg = yaml.safe_load(proc.stdout)
+    algo = cfg["algorithm"]
+    assert algo["adv_estimator"] == "egpo" and algo["entropy_source"] == "rollout"
+    assert algo["egpo_lambda"] == 0.4 and algo["egpo_alpha"] == 2.0
+    assert algo["cot_start_token_id"] is None and algo["cot_end_token_id"] is None
+    # the rest is verl's ppo_trainer
+    assert "actor_rollout_ref" in cfg and "rollout_correction" in algo
+
+
+def test_typo_in_entropy_source_is_refused_with_the_allowed_values():
+    proc = run_main("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollot")
+    assert proc.returncode != 0
+    assert "algorithm.entropy_source='rollot' is not one of 'actor', 'rollout'" in proc.stderr
+    assert "ray init" not in proc.stdout  # refused before Ray starts
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algorithm.egpo_alpha=0"], "egpo_alpha must be > 0"),
+        (["algorithm.egpo_alpha=-1"], "egpo_alpha must be > 0"),
+        (["algorithm.egpo_lambda=2.0"], r"egpo_lambda must lie in \[0, egpo_alpha\)"),
+        (["algorithm.egpo_lambda=-0.1"], r"egpo_lambda must lie in \[0, egpo_alpha\)"),
+        (["algorithm.cot_start_token_id=5", "algorithm.cot_end_token_id=5"], "must differ"),
+        (["algorithm.cot_start_token_id=abc"], "must be a token id"),
+        (["algorithm.rollout_correction.bypass_mode=true"], "bypass_mode=true skips"),
+    ],
+)
+def test_startup_errors(overrides, message):
+    cfg = composed("algorithm.adv_estimator=egpo", *overrides)
+    with pytest.raises(EgpoConfigError, match=message):
+        EgpoSettings.from_algorithm(cfg.algorithm)
+
+
+def test_bypass_mode_with_rollout_entropy_is_allowed():
+    cfg = composed("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout",
+                   "algorithm.rollout_correction.bypass_mode=true")
+    s = EgpoSettings.from_algorithm(cfg.algorithm)
+    assert s.enabled and s.bypass_mode and s.entropy_key == "rollout_entropy"
+
+
+def test_other_estimators_are_not_egpo():
+    assert not EgpoSettings.from_algorithm(composed("algorithm.adv_estimator=grpo").algorithm).enabled
+
+
+class VocabTokenizer:
+    name_or_path = "stub"
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+
+def test_think_ids_looked_up_from_the_tokenizer():
+    cfg = composed("algorithm.adv_estimator=egpo")
+    resolve_think_token_ids(cfg, VocabTokenizer({"a": 0, "<think>": 11, "</think>": 12}))
+    assert (cfg.algorithm.cot_start_token_id, cfg.algorithm.cot_end_token_id) == (11, 12)
+    explicit = composed("algorithm.adv_estimator=egpo", "algorithm.cot_start_token_id=3",
+                        "algorithm.cot_end_token_id=4")
+    resolve_think_token_ids(explicit, VocabTokenizer({}))  # explicit ids need no lookup
+    assert (explicit.algorithm.cot_start_token_id, explicit.algorithm.cot_end_token_id) == (3, 4)
+
+
+def test_tokenizer_without_think_tokens_is_refused():
+    with pytest.raises(EgpoConfigError, match="has no '</think>' token"):
+        lookup_think_token_ids(VocabTokenizer({"<think>": 1}))
+
+
+def test_tokenizer_without_think_tokens_stops_the_job_before_ray(tmp_path):
+    from egpo.demo.tokenizer import build_tokenizer
+
+    path = tmp_path / "tok"
+    build_tokenizer(with_think_tokens=False).save_pretrained(path)
+    proc = run_main("algorithm.adv_estimator=egpo", f"actor_rollout_ref.model.path={path}")
+    assert proc.returncode != 0
+    assert "has no '<think>' token" in proc.stderr
+    assert "ray init" not in proc.stdout
+
+
+def test_temperature_mismatch_is_reported_when_entropies_are_compared():
+    cfg = composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=0.7")
+    assert "temperature is 0.7" in warn_on_temperature_mismatch(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+    at_one = composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=1.0")
+    assert warn_on_temperature_mismatch(at_one, EgpoSettings.from_algorithm(at_one.algorithm)) is None
+    OmegaConf.set_struct(cfg, False)
+    cfg.actor_rollout_ref.rollout.custom = {"entropy": {"temperature_scaled": True}}
+    assert warn_on_temperature_mismatch(cfg, EgpoSettings.from_algorithm(cfg.algorithm)) is None

@@ -1,0 +1,158 @@
+"""Which entropy keys exist at advantage time and at actor-update time, for both sources and bypass mode.
+
+The trainer's two overridden methods and verl's own ``compute_advantage`` (as ``fit`` reaches it) run for real;
+only the worker group is a recorder. The end-to-end tests run the same through ``fit`` on CPU.
+"""
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer as verl_ray_trainer
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from egpo.trainer import advantage_step
+from egpo.trainer.config import EgpoSettings
+from egpo.trainer.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS
+from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
+
+S, E = 3, 4
+BS, P, L = 8, 4, 6
+
+
+class RecordingWorkerGroup:
+    def __init__(self, actor_entropy):
+        self.actor_entropy = actor_entropy
+        self.update_keys = None
+
+    def compute_log_prob(self, batch):
+        return DataProto.from_dict({"old_log_probs": torch.zeros(BS, L), "entropys": self.actor_entropy})
+
+    def update_actor(self, batch):
+        self.update_keys = set(batch.batch.keys())
+        self.update_meta = dict(batch.meta_info)
+        return DataProto(meta_info={"metrics": {"actor/pg_loss": 0.1}})
+
+
+def make_trainer(*overrides):
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        cfg = compose(config_name="egpo_trainer", overrides=[
+            f"algorithm.cot_start_token_id={S}", f"algorithm.cot_end_token_id={E}", *overrides])
+    trainer = EgpoRayPPOTrainer.__new__(EgpoRayPPOTrainer)  # skip worker/resource setup, keep the methods
+    trainer.config = cfg
+    trainer.egpo = EgpoSettings.from_algorithm(cfg.algorithm)
+    trainer.use_legacy_worker_impl = "auto"
+    advantage_step.install()
+    return trainer
+
+
+def make_batch(with_rollout_entropy):
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.tensor([[0, 1, 2, S]] * BS)  # prompt ends inside <think>
+    responses = torch.tensor([[5, 6, E, 7, 2, 0]] * BS)
+    response_mask = torch.tensor([[1, 1, 1, 1, 1, 0]] * BS)
+    rewards = torch.zeros(BS, L)
+    rewards[:, 4] = torch.tensor([1.0, 0, 1, 0, 0, 0, 1, 1])
+    tensors = {"prompts": prompts, "responses": responses, "response_mask": response_mask,
+               "token_level_rewards": rewards}
+    if with_rollout_entropy:
+        tensors[ROLLOUT_ENTROPY] = torch.rand(BS, L, generator=g) * response_mask
+    return DataProto.from_dict(tensors, non_tensors={"uid": np.array([f"u{i // 4}" for i in range(BS)], dtype=object)})
+
+
+def run_step(trainer, batch, bypass):
+    """The calls fit() makes between generation and the actor update, in fit()'s order."""
+    if not bypass:
+        old_log_prob, _ = trainer._compute_old_log_prob(batch)
+        old_log_prob.batch.pop("entropys")  # as fit() does
+        batch = batch.union(old_log_prob)
+    seen = {}
+    original = advantage_step.compute_egpo_advantage_step
+
+    def spy(data, *args, **kwargs):
+        seen["keys"] = set(data.batch.keys())
+        return original(data, *args, **kwargs)
+
+    advantage_step.compute_egpo_advantage_step = spy
+    try:
+        batch = verl_ray_trainer.compute_advantage(
+            batch, adv_estimator=trainer.config.algorithm.adv_estimator, config=trainer.config.algorithm)
+    finally:
+        advantage_step.compute_egpo_advantage_step = original
+    output = trainer._update_actor(batch)
+    return batch, seen.get("keys"), output
+
+
+@pytest.mark.parametrize(
+    "source, bypass, rollout_entropy, used",
+    [("actor", False, False, ACTOR_ENTROPY), ("actor", False, True, ACTOR_ENTROPY),
+     ("rollout", False, True, ROLLOUT_ENTROPY), ("rollout", True, True, ROLLOUT_ENTROPY)],
+)
+def test_keep_and_drop(source, bypass, rollout_entropy, used):
+    trainer = make_trainer("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}",
+                           f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}")
+    actor_entropy = torch.rand(BS, L, generator=torch.Generator().manual_seed(1))
+    trainer.actor_rollout_wg = RecordingWorkerGroup(actor_entropy)
+    batch = make_batch(rollout_entropy)
+    expected_entropy = batch.batch[used].clone() if used == ROLLOUT_ENTROPY else actor_entropy
+    batch, advantage_keys, output = run_step(trainer, batch, bypass)
+
+    assert used in advantage_keys  # kept until the advantage
+    assert "entropys" not in advantage_keys  # verl's own key is popped by fit as upstream
+    for key in (ACTOR_ENTROPY, ROLLOUT_ENTROPY):
+        assert key not in trainer.actor_rollout_wg.update_keys  # never travels to the update
+    assert STEP_METRICS not in trainer.actor_rollout_wg.update_meta
+    metrics = output.meta_info["metrics"]
+    assert metrics["actor/pg_loss"] == 0.1
+    assert metrics["egpo/entropy_source_is_rollout"] == float(source == "rollout")
+    assert metrics["egpo/starts_inside_frac"] == 1.0
+    # both entropies in one step -> their agreement is logged
+    assert ("egpo/entropy_rollout_vs_actor/mean_abs_diff" in metrics) == (rollout_entropy and not bypass)
+    # the advantage used the chosen entropy: H_i = mean over the two tokens before </think>
+    h = expected_entropy[:, :2].double().mean(1)
+    a = compute_grpo_outcome_advantage(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                                       batch.non_tensor_batch["uid"])[0][:, 0].double()
+    expected = a + 0.4 * torch.minimum(h, a.abs() / 2.0)
+    torch.testing.assert_close(batch.batch["advantages"][:, 0].double(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_rollout_source_without_rollout_entropy_stops_with_the_fix():
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
+    with pytest.raises(advantage_step.MissingEntropyError, match="agent_loop_manager_class"):
+        run_step(trainer, make_batch(False), bypass=False)
+
+
+def test_misaligned_rollout_entropy_is_refused():
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
+    batch = make_batch(False)
+    batch.batch[ROLLOUT_ENTROPY] = torch.rand(BS, L - 1)  # one value short per response
+    with pytest.raises(advantage_step.MissingEntropyError, match="aligned 1:1"):
+        advantage_step.compute_egpo_advantage_step(batch, trainer.config.algorithm)
+
+
+def test_non_egpo_estimators_are_untouched():
+    trainer = make_trainer("algorithm.adv_estimator=grpo")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
+    batch = make_batch(False)
+    expected = compute_grpo_outcome_advantage(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                                              batch.non_tensor_batch["uid"])[0]
+    batch, advantage_keys, output = run_step(trainer, batch, bypass=False)
+    assert advantage_keys is None  # the egpo branch was never entered
+    assert ACTOR_ENTROPY not in batch.batch.keys()
+    assert torch.equal(batch.batch["advantages"], expected)
+    assert not any(k.startswith("egpo/") for k in output.meta_info["metrics"])
+
+
+def test_stock_trainer_path_refuses_egpo_without_entropy():
+    # verl's registry route (what a stock RayPPOTrainer reaches) must not silently train GRPO
+    from egpo.advantage.registry import EntropyNotSuppliedError
+
+    batch = make_batch(True)
+    original = verl_ray_trainer.compute_advantage
+    upstream = getattr(original, "__egpo_wraps__", original)
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        cfg = compose(config_name="egpo_trainer", overrides=["algorithm.adv_estimator=egpo"])
+    with pytest.raises(EntropyNotSuppliedError):
+        upstream(batch, adv_estimator="egpo", config=cfg.algorithm)
