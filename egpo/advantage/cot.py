@@ -52,7 +52,7 @@ def compute_cot_mask(
         raise ValueError(f"cot_start_token_id and cot_end_token_id must differ (both are {start_id})")
     bs, length = responses.shape
 
-    is_marker = (responses == start_id) | (responses == end_id)
+    is_marker = torch.eq(responses, start_id).logical_or_(torch.eq(responses, end_id))
 
     # Sparse list of markers, row-major (rows ascending, positions ascending within a row).
     rows, cols = is_marker.nonzero(as_tuple=True)
