@@ -1,0 +1,1 @@
+"""Where rollout entropy is born (``entropy.py``) and carried into the batch."""
