@@ -1,0 +1,82 @@
+"""Token-in/token-out generation with ``transformers``: never re-tokenizes, returns per-token entropy.
+
+For each sampled token it returns the token id, its log probability under the distribution it was sampled
+from (logits / temperature, as the actor's recompute defines ``old_log_probs``), and its entropy from
+:func:`egpo.rollout.entropy.token_entropy` with the same options the sglang path uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from egpo.rollout.entropy import EntropyOptions, token_entropy
+
+
+@dataclass
+class GeneratedTokens:
+    token_ids: list[int]
+    log_probs: list[float]
+    entropy: list[float]
+    stop_reason: str  # "completed" (a stop token) or "length"
+
+
+@torch.no_grad()
+def generate_tokens(
+    model,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = -1,
+    stop_token_ids: list[int] | None = None,
+    pad_token_id: int = 0,
+    n: int = 1,
+    entropy_options: EntropyOptions = EntropyOptions(),
+    generator_seed: int | None = None,
+) -> list[GeneratedTokens]:
+    """``n`` samples for one prompt. ``temperature == 0`` is greedy (and still gets entropy)."""
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty")
+    stop = list(stop_token_ids or [])
+    greedy = temperature <= 0
+    if generator_seed is not None:
+        torch.manual_seed(generator_seed)
+    input_ids = torch.tensor([prompt_ids] * n, dtype=torch.long, device=model.device)
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_p=None if greedy else top_p,
+        top_k=None if greedy or top_k is None or top_k <= 0 else top_k,
+        eos_token_id=stop or None,
+        pad_token_id=pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    sequences = out.sequences[:, input_ids.shape[1]:]
+    raw = torch.stack(out.logits, dim=1).float()  # (n, T, V): the model's raw logits at each step
+    steps, vocab = raw.shape[1], raw.shape[2]
+    scale = 1.0 if greedy else temperature
+    log_probs = torch.log_softmax(raw / scale, dim=-1).gather(-1, sequences.unsqueeze(-1)).squeeze(-1)
+    entropy = token_entropy(
+        raw.reshape(-1, vocab),
+        top_k=entropy_options.top_k,
+        temperature=scale if entropy_options.temperature_scaled else None,
+    ).reshape(n, steps)
+
+    results = []
+    seq, lp, ent = sequences.tolist(), log_probs.tolist(), entropy.tolist()
+    for row in range(n):  # per sample (n is small): trim at the first stop token
+        length = steps
+        for t, tok in enumerate(seq[row]):
+            if tok in stop:
+                length = t + 1
+                break
+        stop_reason = "completed" if length and seq[row][length - 1] in stop else "length"
+        results.append(GeneratedTokens(seq[row][:length], lp[row][:length], ent[row][:length], stop_reason))
+    return results

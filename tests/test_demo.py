@@ -1,0 +1,36 @@
+"""The locally built demo: loadable real architecture, think tokens, prompts that open <think>, graded reward."""
+
+import pandas as pd
+import pytest
+import torch
+
+from egpo.advantage import prompt_ends_inside_think
+from egpo.demo.build import DATA_SOURCE, build
+from egpo.demo.reward import compute_score
+from egpo.trainer.config import lookup_think_token_ids
+
+
+@pytest.mark.parametrize(
+    "text, score",
+    [("6+6 is 12</think>12", 1.0), ("6+6</think>2", 0.5), ("hmm</think> 12 done", 1.0), ("</think>13", 0.5), ("</think>", 0.5),
+     ("no close 12", 0.0), ("a</think>b</think>12", 1.0), ("a</think>12</think>b", 0.5)],
+)
+def test_reward(text, score):
+    assert compute_score(DATA_SOURCE, text, "12") == score
+
+
+def test_build_is_complete_and_idempotent(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = build(tmp_path / "demo")
+    stamp = (out / "model" / "model.safetensors").stat().st_mtime_ns
+    assert build(out) == out and (out / "model" / "model.safetensors").stat().st_mtime_ns == stamp
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.vocab_size == len(tok)
+    start, end = lookup_think_token_ids(tok)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1+2?"}], add_generation_prompt=True)
+    assert prompt_ends_inside_think(torch.tensor([prompt]), start, end).tolist() == [True]
+    train = pd.read_parquet(out / "data" / "train.parquet")
+    assert set(train.columns) >= {"data_source", "prompt", "reward_model", "extra_info"}
+    assert train.reward_model.map(lambda r: r["ground_truth"]).nunique() > 5
