@@ -20,10 +20,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
     from verl.utils.device import auto_set_device
 
-    EgpoSettings.from_algorithm(config.algorithm)
+    settings = EgpoSettings.from_algorithm(config.algorithm)
     auto_set_device(config)
     config = migrate_legacy_reward_impl(config)
-    if EgpoSettings.from_algorithm(config.algorithm).enabled:
+    if settings.enabled:
         from verl.utils import hf_tokenizer
         from verl.utils.fs import copy_to_local
 

@@ -161,3 +161,13 @@ def test_registered_with_verl_and_refuses_without_entropy():
     direct, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.3,
                                                egpo_alpha=1.5, cot_start_token_id=S, cot_end_token_id=E)
     assert torch.equal(adv, direct)
+
+
+def test_registry_keeps_token_id_zero():
+    rewards, mask, index, entropy, responses = batch(4)
+    responses = responses - 1  # ids 0..4; make 0 the <think> id
+    cfg = {"cot_start_token_id": 0, "cot_end_token_id": E}
+    adv, _ = egpo_estimator(rewards, mask, index=index, config=cfg, token_level_entropy=entropy, responses=responses)
+    direct, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses,
+                                               cot_start_token_id=0, cot_end_token_id=E)
+    assert torch.equal(adv, direct)

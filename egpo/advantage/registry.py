@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
-from egpo.advantage.egpo import compute_egpo_outcome_advantage
+from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_outcome_advantage
 
 ESTIMATOR_NAME = "egpo"
 
@@ -39,6 +39,7 @@ def egpo_estimator(
     if index is None:
         raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
     cfg = config if config is not None else {}
+    start_id, end_id = cfg.get("cot_start_token_id", None), cfg.get("cot_end_token_id", None)
     return compute_egpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
@@ -47,8 +48,8 @@ def egpo_estimator(
         responses=responses,
         egpo_lambda=cfg.get("egpo_lambda", 0.4),
         egpo_alpha=cfg.get("egpo_alpha", 2.0),
-        cot_start_token_id=cfg.get("cot_start_token_id", None) or 151667,
-        cot_end_token_id=cfg.get("cot_end_token_id", None) or 151668,
+        cot_start_token_id=QWEN3_THINK_START if start_id is None else start_id,
+        cot_end_token_id=QWEN3_THINK_END if end_id is None else end_id,
         norm_adv_by_std_in_grpo=cfg.get("norm_adv_by_std_in_grpo", True),
         starts_inside=starts_inside,
     )

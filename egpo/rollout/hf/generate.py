@@ -69,14 +69,12 @@ def generate_tokens(
         temperature=scale if entropy_options.temperature_scaled else None,
     ).reshape(n, steps)
 
-    results = []
+    # trim each sample after its first stop token (vectorized; finished rows are padded by generate)
+    is_stop = torch.isin(sequences, torch.tensor(stop, dtype=sequences.dtype, device=sequences.device))
+    stopped = is_stop.any(dim=1)
+    lengths = torch.where(stopped, is_stop.int().argmax(dim=1) + 1, steps).tolist()
+    reasons = ["completed" if s else "length" for s in stopped.tolist()]
     seq, lp, ent = sequences.tolist(), log_probs.tolist(), entropy.tolist()
-    for row in range(n):  # per sample (n is small): trim at the first stop token
-        length = steps
-        for t, tok in enumerate(seq[row]):
-            if tok in stop:
-                length = t + 1
-                break
-        stop_reason = "completed" if length and seq[row][length - 1] in stop else "length"
-        results.append(GeneratedTokens(seq[row][:length], lp[row][:length], ent[row][:length], stop_reason))
-    return results
+    return [
+        GeneratedTokens(seq[i][:n_i], lp[i][:n_i], ent[i][:n_i], reasons[i]) for i, n_i in enumerate(lengths)
+    ]
