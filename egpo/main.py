@@ -13,6 +13,16 @@ from verl.trainer import main_ppo
 
 import egpo  # noqa: F401  (registers the estimator in the driver)
 from egpo.trainer.config import EgpoSettings, resolve_think_token_ids
+from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path
+
+
+def build_demo_if_missing(config: DictConfig) -> None:
+    """Recipes with an ``egpo_demo`` node (recipes/cpu_smoke.yaml) get the tiny model and task built on first use."""
+    demo = config.get("egpo_demo", None)
+    if demo and demo.get("build_if_missing", False):
+        from egpo.demo.build import build
+
+        build(demo.out)
 
 
 def prepare_config(config: DictConfig) -> DictConfig:
@@ -21,7 +31,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
     from verl.utils.device import auto_set_device
 
     settings = EgpoSettings.from_algorithm(config.algorithm)
+    build_demo_if_missing(config)
     auto_set_device(config)
+    check_cpu_backend(config)
+    check_rollout_entropy_path(config, settings)
     config = migrate_legacy_reward_impl(config)
     if settings.enabled:
         from verl.utils import hf_tokenizer
@@ -51,6 +64,27 @@ class EgpoTaskRunner(main_ppo.TaskRunner):
             )
         main_ppo.RayPPOTrainer = EgpoRayPPOTrainer
         return super().run(config)
+
+    def add_actor_rollout_worker(self, config):
+        """On ``trainer.device=cpu``, verl's FSDP worker is replaced by :class:`egpo.cpu.worker.CpuActorRolloutRefWorker`."""
+        actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
+        if config.trainer.get("device", "cuda") != "cpu":
+            return actor_rollout_cls, worker_group_cls
+        from verl.trainer.ppo.ray_trainer import Role
+        from verl.workers.fsdp_workers import AsyncActorRolloutRefWorker
+
+        from egpo.cpu.worker import CpuActorRolloutRefWorker
+
+        if actor_rollout_cls is not AsyncActorRolloutRefWorker:
+            raise RuntimeError(
+                f"egpo's CPU backend extends verl's fsdp_workers.AsyncActorRolloutRefWorker, but verl chose "
+                f"{actor_rollout_cls.__module__}.{actor_rollout_cls.__qualname__}; set actor_rollout_ref.actor.strategy=fsdp2 "
+                "and trainer.use_legacy_worker_impl=auto"
+            )
+        for role in (Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(CpuActorRolloutRefWorker)
+        return CpuActorRolloutRefWorker, worker_group_cls
 
 
 def run(config: DictConfig) -> None:

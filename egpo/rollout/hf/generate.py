@@ -40,14 +40,49 @@ def generate_tokens(
     """``n`` samples for one prompt. ``temperature == 0`` is greedy (and still gets entropy)."""
     if not prompt_ids:
         raise ValueError("prompt_ids is empty")
+    return generate_batch(
+        model,
+        [list(prompt_ids)] * n,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        stop_token_ids=stop_token_ids,
+        pad_token_id=pad_token_id,
+        entropy_options=entropy_options,
+        generator_seed=generator_seed,
+    )
+
+
+@torch.no_grad()
+def generate_batch(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = -1,
+    stop_token_ids: list[int] | None = None,
+    pad_token_id: int = 0,
+    entropy_options: EntropyOptions = EntropyOptions(),
+    generator_seed: int | None = None,
+) -> list[GeneratedTokens]:
+    """One sample per prompt, prompts of any lengths in one left-padded batch, the same sampling settings."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     stop = list(stop_token_ids or [])
     greedy = temperature <= 0
     if generator_seed is not None:
         torch.manual_seed(generator_seed)
-    input_ids = torch.tensor([prompt_ids] * n, dtype=torch.long, device=model.device)
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
     out = model.generate(
-        input_ids=input_ids,
-        attention_mask=torch.ones_like(input_ids),
+        input_ids=input_ids.to(model.device),
+        attention_mask=attention_mask.to(model.device),
         max_new_tokens=max_new_tokens,
         do_sample=not greedy,
         temperature=None if greedy else temperature,
@@ -58,16 +93,16 @@ def generate_tokens(
         output_logits=True,
         return_dict_in_generate=True,
     )
-    sequences = out.sequences[:, input_ids.shape[1]:]
-    raw = torch.stack(out.logits, dim=1).float()  # (n, T, V): the model's raw logits at each step
-    steps, vocab = raw.shape[1], raw.shape[2]
+    sequences = out.sequences[:, width:]
+    raw = torch.stack(out.logits, dim=1).float()  # (B, T, V): the model's raw logits at each step
+    batch, steps, vocab = raw.shape
     scale = 1.0 if greedy else temperature
     log_probs = torch.log_softmax(raw / scale, dim=-1).gather(-1, sequences.unsqueeze(-1)).squeeze(-1)
     entropy = token_entropy(
         raw.reshape(-1, vocab),
         top_k=entropy_options.top_k,
         temperature=scale if entropy_options.temperature_scaled else None,
-    ).reshape(n, steps)
+    ).reshape(batch, steps)
 
     # trim each sample after its first stop token (vectorized; finished rows are padded by generate)
     is_stop = torch.isin(sequences, torch.tensor(stop, dtype=sequences.dtype, device=sequences.device))

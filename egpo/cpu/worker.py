@@ -1,0 +1,45 @@
+"""verl's FSDP actor/rollout worker, on a CPU.
+
+Selected by ``trainer.device=cpu`` (see :class:`egpo.main.EgpoTaskRunner`). Differences from
+``verl.workers.fsdp_workers.AsyncActorRolloutRefWorker``, all made before its ``__init__`` runs:
+
+* the process group is ``gloo`` only (verl asks for ``cpu:gloo,cpu:nccl``, which torch refuses as a
+  duplicate device type when the device is the CPU);
+* ``torch.cpu`` gets the memory functions verl's memory logging calls (:mod:`egpo.cpu.memory`);
+* the ``hf`` rollout (:mod:`egpo.rollout.hf`) is registered in this process, so the hybrid engine's weight
+  sync pushes the trainer's weights to the HF rollout server every step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch.distributed
+from verl.workers.fsdp_workers import AsyncActorRolloutRefWorker
+
+from egpo.cpu.memory import install_cpu_memory_stats
+from egpo.rollout.hf.adapter import register_hf_rollout
+
+
+def init_gloo_process_group(timeout_s: int = 600) -> None:
+    """The process group verl would create, with the gloo backend only. No-op if one exists."""
+    if torch.distributed.is_initialized():
+        return
+    torch.distributed.init_process_group(
+        backend="gloo",
+        rank=int(os.environ.get("RANK", 0)),
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        timeout=datetime.timedelta(seconds=timeout_s),
+        init_method=os.environ.get("DIST_INIT_METHOD", None),
+    )
+
+
+class CpuActorRolloutRefWorker(AsyncActorRolloutRefWorker):
+    """``AsyncActorRolloutRefWorker`` with a gloo process group, CPU memory stats and the ``hf`` rollout."""
+
+    def __init__(self, config, role: str, **kwargs):
+        init_gloo_process_group(int(config.get("nccl_timeout", 600)))
+        install_cpu_memory_stats()
+        register_hf_rollout()
+        super().__init__(config, role, **kwargs)

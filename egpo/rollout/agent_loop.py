@@ -1,0 +1,113 @@
+"""Per-request rollout entropy -> ``batch["rollout_entropy"]``: the agent-loop worker and manager.
+
+A rollout server puts each response's per-token entropy in ``TokenOutput.extra_fields["rollout_entropy"]``
+(a list aligned 1:1 with the response tokens; multi-turn loops put 0 on tool tokens). verl would carry
+``extra_fields`` into ``non_tensor_batch`` as object arrays; :class:`EntropyAgentLoopWorker` takes the key out
+first and writes a padded ``(bs, response_length)`` float32 tensor aligned with ``responses`` (0 on padding)
+into the batch, in every worker, so ``DataProto.concat`` across workers sees the same keys.
+
+:class:`EntropyAgentLoopManager` is verl's ``AgentLoopManager`` with this worker and with egpo's replica for
+rollout names egpo serves (``hf``); other names keep verl's replica. egpo's trainer config selects it through
+``actor_rollout_ref.rollout.agent.agent_loop_manager_class``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import ray
+import torch
+from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+
+from egpo.trainer.keys import ROLLOUT_ENTROPY
+
+MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
+
+
+class RolloutEntropyError(RuntimeError):
+    """A rollout server's entropy is missing or does not line up with its tokens."""
+
+
+def collect_rollout_entropy(inputs, response_length: int, *, required: bool) -> torch.Tensor | None:
+    """Take ``rollout_entropy`` out of each output's ``extra_fields`` and pad it to ``(bs, response_length)``.
+
+    ``inputs`` are verl's padded per-request outputs (``response_ids`` and ``attention_mask`` already padded to
+    ``response_length``). Returns None when no output carries entropy and ``required`` is False.
+    """
+    values = [item.extra_fields.pop(ROLLOUT_ENTROPY, None) for item in inputs]
+    present = [v is not None for v in values]
+    if not any(present):
+        if required:
+            raise RolloutEntropyError(
+                "algorithm.entropy_source=rollout, but the rollout server returned no per-token entropy "
+                f"(TokenOutput.extra_fields[{ROLLOUT_ENTROPY!r}] is absent). Use a rollout that produces it "
+                "(actor_rollout_ref.rollout.name=hf on CPU; egpo's patched sglang on GPU), or set "
+                "algorithm.entropy_source=actor."
+            )
+        return None
+    if not all(present):
+        raise RolloutEntropyError(
+            f"{present.count(False)} of {len(values)} rollout outputs carry no {ROLLOUT_ENTROPY!r}; every response "
+            "must have its entropy (a mix of servers, or a server that drops it for some requests)"
+        )
+    rows = [torch.as_tensor(v, dtype=torch.float32)[:response_length] for v in values]
+    lengths = torch.tensor([len(r) for r in rows])
+    prompt_width = inputs[0].prompt_ids.shape[1]
+    tokens = torch.cat([item.attention_mask[:, prompt_width:] for item in inputs]).sum(dim=1)
+    bad = (lengths != tokens).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise RolloutEntropyError(
+            f"rollout entropy does not line up with the response tokens for {bad.numel()} request(s): request {i} "
+            f"has {int(lengths[i])} entropy values for {int(tokens[i])} response tokens"
+        )
+    entropy = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+    if entropy.shape[1] < response_length:
+        entropy = torch.nn.functional.pad(entropy, (0, response_length - entropy.shape[1]))
+    return entropy
+
+
+def _entropy_required(config) -> bool:
+    algorithm = config.get("algorithm", {})
+    return algorithm.get("adv_estimator") == "egpo" and algorithm.get("entropy_source", "actor") == "rollout"
+
+
+class EntropyAgentLoopWorker(AgentLoopWorker):
+    def _postprocess(self, inputs, input_non_tensor_batch=None):
+        entropy = collect_rollout_entropy(
+            inputs, self.rollout_config.response_length, required=_entropy_required(self.config)
+        )
+        output = super()._postprocess(inputs, input_non_tensor_batch=input_non_tensor_batch)
+        if entropy is not None:
+            output.batch[ROLLOUT_ENTROPY] = entropy
+        return output
+
+
+def _replica_class(rollout_name: str):
+    if rollout_name == "hf":
+        from egpo.rollout.hf.replica import HFRolloutReplica
+
+        return HFRolloutReplica
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    return get_rollout_replica_class(rollout_name)
+
+
+def check_manager_extension_points() -> None:
+    """verl 0.7.1's manager keeps ``rollout_replica_class`` / ``agent_loop_workers_class`` set before __init__."""
+    source = inspect.getsource(AgentLoopManager.__init__)
+    if 'hasattr(self, "rollout_replica_class")' not in source or 'hasattr(self, "agent_loop_workers_class")' not in source:
+        raise RuntimeError(
+            "verl's AgentLoopManager.__init__ no longer keeps a preset rollout_replica_class / agent_loop_workers_class "
+            "(verl 0.7.1 does); egpo's rollout entropy path cannot plug in. Pin verl==0.7.1."
+        )
+    if "_postprocess" not in AgentLoopWorker.__dict__:
+        raise RuntimeError("verl's AgentLoopWorker has no _postprocess (verl 0.7.1 does); pin verl==0.7.1")
+
+
+class EntropyAgentLoopManager(AgentLoopManager):
+    def __init__(self, config, worker_group=None, rollout_resource_pool=None, reward_loop_worker_handles=None):
+        check_manager_extension_points()
+        self.rollout_replica_class = _replica_class(config.actor_rollout_ref.rollout.name)
+        self.agent_loop_workers_class = ray.remote(EntropyAgentLoopWorker)
+        super().__init__(config, worker_group, rollout_resource_pool, reward_loop_worker_handles)

@@ -1,0 +1,180 @@
+"""The HF rollout server: a Ray actor generating with ``transformers`` on CPU, tokens in, tokens out.
+
+It is verl's rollout server contract (``generate(prompt_ids, sampling_params, request_id, ...) -> TokenOutput``,
+``sleep`` / ``wake_up`` / ``clear_kv_cache`` / ``abort_all_requests`` / ``resume_generation``) served by
+Hugging Face ``generate``. Each output carries the sampled token ids, their log probs (logits / temperature,
+the actor's definition) and, in ``extra_fields["rollout_entropy"]``, their per-token entropy from
+:func:`egpo.rollout.entropy.token_entropy` with the options in ``actor_rollout_ref.rollout.custom.entropy``.
+
+Concurrent requests are gathered for a few milliseconds and generated in left-padded batches (grouped by
+identical sampling settings, at most ``max_num_seqs`` rows). Weights arrive from the trainer through
+:meth:`update_weights` every step (on-policy); generation and weight loading never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import defaultdict
+
+import torch
+
+from egpo.rollout.entropy import EntropyOptions
+from egpo.rollout.hf.generate import generate_batch
+from egpo.rollout.hf.sampling import HFSampling, resolve_sampling
+from egpo.trainer.keys import ROLLOUT_ENTROPY
+
+logger = logging.getLogger(__name__)
+
+GATHER_WINDOW_S = 0.01
+
+
+def _as_tuple(ids) -> tuple[int, ...]:
+    if ids is None:
+        return ()
+    if isinstance(ids, int):
+        return (ids,)
+    return tuple(int(i) for i in ids)
+
+
+class HFRolloutServer:
+    def __init__(self, config, model_config, replica_rank: int = 0):
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig, RolloutConfig
+
+        self.config: RolloutConfig = omega_conf_to_dataclass(config)
+        self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.replica_rank = replica_rank
+        self.entropy_options = EntropyOptions.from_config((config.custom or {}).get("entropy"))
+        self.global_steps = None
+        self.model = None
+        self._pending: list[tuple[list[int], HFSampling, asyncio.Future]] = []
+        self._drainer: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+        self._batches = 0
+        self._seed = int((config.custom or {}).get("seed", 0)) + 1000003 * replica_rank
+
+    # ------------------------------------------------------------------ lifecycle
+    async def launch_server(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(max(1, int(os.environ.get("EGPO_HF_ROLLOUT_THREADS", torch.get_num_threads()))))
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_config.local_path,
+            torch_dtype=torch.float32,
+            attn_implementation="eager",
+            trust_remote_code=self.model_config.trust_remote_code,
+        ).eval()
+        gen = self.model.generation_config
+        self.eos_token_ids = _as_tuple(gen.eos_token_id) or _as_tuple(self.model.config.eos_token_id)
+        pad = gen.pad_token_id if gen.pad_token_id is not None else self.model_config.tokenizer.pad_token_id
+        if pad is None:
+            raise ValueError(f"the model at {self.model_config.local_path} has no pad token id")
+        self.pad_token_id = int(pad)
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None) -> None:
+        """Load the trainer's full (unsharded) weights; every parameter must be covered."""
+        async with self._lock:
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+            missing = [k for k in missing if k not in tied]
+            if missing or unexpected:
+                raise RuntimeError(
+                    f"weights pushed to the hf rollout server do not match its model: missing {missing[:5]}, "
+                    f"unexpected {unexpected[:5]}"
+                )
+            if global_steps is not None:
+                self.global_steps = global_steps
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def wake_up(self):  # weights live in host memory: nothing to resume
+        return None
+
+    async def sleep(self):
+        return None
+
+    async def clear_kv_cache(self):  # no cache outlives a batch
+        return None
+
+    async def abort_all_requests(self):
+        return None
+
+    async def resume_generation(self):
+        return None
+
+    async def start_profile(self, **kwargs):
+        return None
+
+    async def stop_profile(self):
+        return None
+
+    # ------------------------------------------------------------------ generation
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None):
+        from verl.workers.rollout.replica import TokenOutput
+
+        if image_data or video_data:
+            raise NotImplementedError("the hf rollout server is text-only")
+        prompt = [int(t) for t in prompt_ids]
+        sampling = resolve_sampling(
+            dict(sampling_params),
+            prompt_len=len(prompt),
+            prompt_length=self.config.prompt_length,
+            response_length=self.config.response_length,
+            max_model_len=self.config.max_model_len,
+            eos_token_ids=self.eos_token_ids,
+        )
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt, sampling, future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain())
+        out = await future
+        return TokenOutput(
+            token_ids=out.token_ids,
+            log_probs=out.log_probs if sampling.return_log_probs else None,
+            stop_reason=out.stop_reason,
+            extra_fields={"global_steps": self.global_steps, ROLLOUT_ENTROPY: out.entropy},
+        )
+
+    async def _drain(self) -> None:
+        # gather the requests that arrive together (an agent-loop worker sends its chunk at once)
+        seen = -1
+        while seen != len(self._pending):
+            seen = len(self._pending)
+            await asyncio.sleep(GATHER_WINDOW_S)
+        while self._pending:
+            pending, self._pending = self._pending, []
+            groups: dict[HFSampling, list] = defaultdict(list)
+            for item in pending:
+                groups[item[1]].append(item)
+            for sampling, items in groups.items():
+                for start in range(0, len(items), self.config.max_num_seqs):
+                    chunk = items[start : start + self.config.max_num_seqs]
+                    try:
+                        async with self._lock:
+                            results = await asyncio.to_thread(self._generate, [p for p, _, _ in chunk], sampling)
+                    except Exception as err:  # every waiting request learns why
+                        for _, _, fut in chunk:
+                            if not fut.done():
+                                fut.set_exception(err)
+                        continue
+                    for (_, _, fut), result in zip(chunk, results, strict=True):
+                        if not fut.done():
+                            fut.set_result(result)
+
+    def _generate(self, prompts: list[list[int]], sampling: HFSampling):
+        self._batches += 1
+        return generate_batch(
+            self.model,
+            prompts,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            stop_token_ids=list(sampling.stop_token_ids),
+            pad_token_id=self.pad_token_id,
+            entropy_options=self.entropy_options,
+            generator_seed=self._seed + 7919 * self._batches,
+        )

@@ -1,0 +1,71 @@
+"""Start-up checks of the rollout path and the CPU backend (driver side, before Ray starts).
+
+Each check turns a run that would fail deep inside Ray, or silently train without what it asked for,
+into one error naming the setting to change.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from egpo.trainer.config import EgpoConfigError, EgpoSettings
+
+MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+
+
+def _load(path: str):
+    from verl.utils.import_utils import load_class_from_fqn
+
+    return load_class_from_fqn(path, "AgentLoopManager")
+
+
+def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> None:
+    """entropy_source=rollout and rollout.name=hf need egpo's agent-loop manager (the only path into the batch)."""
+    from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
+
+    rollout = config.actor_rollout_ref.rollout
+    manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
+    uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)
+    if uses_ours:
+        return
+    if settings.enabled and settings.entropy_source == "rollout":
+        raise EgpoConfigError(
+            f"algorithm.entropy_source=rollout, but {MANAGER_KEY}={manager_path!r} does not put the rollout's entropy "
+            f"into the batch. Set {MANAGER_KEY}={MANAGER_PATH} (egpo's trainer config does by default) or use "
+            "algorithm.entropy_source=actor."
+        )
+    if rollout.name == "hf":
+        raise EgpoConfigError(f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs {MANAGER_KEY}={MANAGER_PATH}")
+
+
+def check_cpu_backend(config: DictConfig) -> None:
+    """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
+    device = config.trainer.get("device", "cuda")
+    rollout = config.actor_rollout_ref.rollout
+    if device != "cpu":
+        if rollout.name == "hf":
+            raise EgpoConfigError("actor_rollout_ref.rollout.name=hf is egpo's CPU rollout; set trainer.device=cpu")
+        return
+    problems = []
+    if rollout.name != "hf":
+        problems.append(f"actor_rollout_ref.rollout.name=hf (got {rollout.name!r}; verl's engines need a GPU)")
+    if config.trainer.get("use_legacy_worker_impl", "auto") == "disable":
+        problems.append("trainer.use_legacy_worker_impl=auto (the CPU worker extends verl's FSDP worker)")
+    if config.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):
+        problems.append("actor_rollout_ref.actor.strategy=fsdp2")
+    attn = (config.actor_rollout_ref.model.get("override_config", None) or {}).get("attn_implementation", None)
+    if attn not in ("eager", "sdpa"):
+        problems.append("+actor_rollout_ref.model.override_config.attn_implementation=eager (flash-attn needs a GPU)")
+    ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
+    devices = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    if int(ray_init.get("num_gpus", 0) or 0) < devices:
+        problems.append(
+            f"+ray_kwargs.ray_init.num_gpus={devices} (verl counts 'GPU' resources before placing workers; on a CPU "
+            "they are only a count)"
+        )
+    if int((ray_init.get("resources", None) or {}).get("cpu", 0)) < devices:
+        problems.append(f"+ray_kwargs.ray_init.resources={{cpu:{devices}}} (verl's placement bundles ask for a 'cpu' resource)")
+    if problems:
+        raise EgpoConfigError(
+            "trainer.device=cpu needs: " + "; ".join(problems) + ". recipes/cpu_smoke.yaml sets all of these."
+        )
