@@ -10,7 +10,7 @@ from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logit
 
 from egpo.demo.build import build_model
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.hf.generate import generate_tokens
+from egpo.rollout.hf.generate import generate_batch, generate_tokens
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +63,26 @@ def test_greedy_and_stop_tokens(model_and_tokenizer):
     stopped = generate_tokens(model, prompt, max_new_tokens=12, temperature=0.0, stop_token_ids=[first])[0]
     assert stopped.token_ids == [first] and stopped.stop_reason == "completed"
     assert a.stop_reason in ("completed", "length")
+
+
+def test_left_padded_batch_matches_each_prompt_alone(model_and_tokenizer):
+    """Prompts of different lengths in one batch: every row scores as if it had been generated alone."""
+    model, tok = model_and_tokenizer
+    questions = ["What is 1+1?", "What is 12345+67890?", "What is 7+88?"]
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
+    assert len({len(p) for p in prompts}) == 3
+    samples = generate_batch(model, prompts, max_new_tokens=16, temperature=1.0, generator_seed=3,
+                             entropy_options=EntropyOptions())
+    for prompt, s in zip(prompts, samples):
+        assert len(s.token_ids) == len(s.log_probs) == len(s.entropy) > 0
+        lp, h = recompute(model, prompt, s.token_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(s.log_probs), lp, rtol=0, atol=1e-4)
+        torch.testing.assert_close(torch.tensor(s.entropy), h, rtol=0, atol=1e-4)
+
+
+def test_batch_input_errors(model_and_tokenizer):
+    model, _ = model_and_tokenizer
+    with pytest.raises(ValueError, match="at least one token"):
+        generate_batch(model, [[1, 2], []], max_new_tokens=4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate_batch(model, [[1, 2]], max_new_tokens=0)

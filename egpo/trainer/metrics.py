@@ -29,3 +29,9 @@ def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor
     if n > 1 and denom > 0:
         metrics[f"{PREFIX}pearson"] = float((rc * ac).sum() / denom)
     return metrics
+
+
+def format_step_summary(step: int, metrics: dict) -> str:
+    """One readable line of a step's ``egpo/`` metrics (verl's console logger prints them among ~100 others)."""
+    parts = [f"{key.removeprefix('egpo/')}={value:.4g}" for key, value in sorted(metrics.items()) if key.startswith("egpo/")]
+    return f"[egpo] step {step}: " + " ".join(parts)

@@ -6,7 +6,7 @@ Two verl methods are overridden, nothing else:
   ``entropy_source=actor`` the same tensor is also kept under ``egpo_actor_entropy`` so it survives until
   the advantage. Whenever the rollout's entropy is in the batch too, their agreement is measured here.
 * ``_update_actor``: egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
-  step metrics are added to the actor's metrics, which ``fit`` logs.
+  step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed.
 
 The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
 """
@@ -19,7 +19,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from egpo.trainer import advantage_step
 from egpo.trainer.config import EgpoSettings, warn_on_temperature_mismatch
 from egpo.trainer.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
-from egpo.trainer.metrics import entropy_agreement
+from egpo.trainer.metrics import entropy_agreement, format_step_summary
 
 
 class EgpoRayPPOTrainer(RayPPOTrainer):
@@ -51,4 +51,6 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
                 batch.batch.pop(key)
         actor_output = super()._update_actor(batch)
         actor_output.meta_info.setdefault("metrics", {}).update(step_metrics)
+        if step_metrics:
+            print(format_step_summary(self.global_steps, step_metrics), flush=True)
         return actor_output

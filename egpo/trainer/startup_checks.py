@@ -6,11 +6,16 @@ into one error naming the setting to change.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from egpo.trainer.config import EgpoConfigError, EgpoSettings
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+
+
+def _rollout_name(config: DictConfig) -> str | None:
+    """``actor_rollout_ref.rollout.name`` (None while still ``???``: verl itself asks for it later)."""
+    return OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
 
 
 def _load(path: str):
@@ -34,21 +39,21 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
             f"into the batch. Set {MANAGER_KEY}={MANAGER_PATH} (egpo's trainer config does by default) or use "
             "algorithm.entropy_source=actor."
         )
-    if rollout.name == "hf":
+    if _rollout_name(config) == "hf":
         raise EgpoConfigError(f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs {MANAGER_KEY}={MANAGER_PATH}")
 
 
 def check_cpu_backend(config: DictConfig) -> None:
     """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
     device = config.trainer.get("device", "cuda")
-    rollout = config.actor_rollout_ref.rollout
+    name = _rollout_name(config)
     if device != "cpu":
-        if rollout.name == "hf":
+        if name == "hf":
             raise EgpoConfigError("actor_rollout_ref.rollout.name=hf is egpo's CPU rollout; set trainer.device=cpu")
         return
     problems = []
-    if rollout.name != "hf":
-        problems.append(f"actor_rollout_ref.rollout.name=hf (got {rollout.name!r}; verl's engines need a GPU)")
+    if name != "hf":
+        problems.append(f"actor_rollout_ref.rollout.name=hf (got {name!r}; verl's engines need a GPU)")
     if config.trainer.get("use_legacy_worker_impl", "auto") == "disable":
         problems.append("trainer.use_legacy_worker_impl=auto (the CPU worker extends verl's FSDP worker)")
     if config.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):

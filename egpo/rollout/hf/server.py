@@ -6,8 +6,9 @@ Hugging Face ``generate``. Each output carries the sampled token ids, their log 
 the actor's definition) and, in ``extra_fields["rollout_entropy"]``, their per-token entropy from
 :func:`egpo.rollout.entropy.token_entropy` with the options in ``actor_rollout_ref.rollout.custom.entropy``.
 
-Concurrent requests are gathered for a few milliseconds and generated in left-padded batches (grouped by
-identical sampling settings, at most ``max_num_seqs`` rows). Weights arrive from the trainer through
+Concurrent requests are gathered until none has arrived for ``GATHER_WINDOW_S`` and generated in left-padded
+batches (grouped by identical sampling settings, ordered by prompt, at most ``max_num_seqs`` rows); the sampling
+seed advances per batch, so a run's rollouts do not depend on the order in which requests arrived. Weights arrive from the trainer through
 :meth:`update_weights` every step (on-policy); generation and weight loading never overlap.
 """
 
@@ -27,7 +28,7 @@ from egpo.trainer.keys import ROLLOUT_ENTROPY
 
 logger = logging.getLogger(__name__)
 
-GATHER_WINDOW_S = 0.01
+GATHER_WINDOW_S = 0.05
 
 
 def _as_tuple(ids) -> tuple[int, ...]:
@@ -147,7 +148,7 @@ class HFRolloutServer:
         while self._pending:
             pending, self._pending = self._pending, []
             groups: dict[HFSampling, list] = defaultdict(list)
-            for item in pending:
+            for item in sorted(pending, key=lambda item: item[0]):
                 groups[item[1]].append(item)
             for sampling, items in groups.items():
                 for start in range(0, len(items), self.config.max_num_seqs):

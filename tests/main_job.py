@@ -1,0 +1,46 @@
+"""Run ``python -m egpo.main`` on the CPU smoke recipe in a subprocess and read its per-step metrics."""
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
+
+
+def run_smoke(workdir: Path, demo: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
+        f"egpo_demo.out={demo}", f"trainer.default_local_dir={workdir / 'checkpoints'}", *overrides,
+    ]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def step_metrics(output: str) -> dict[int, dict[str, float]]:
+    """verl's console logger lines ``step:N - key:value - ...`` -> {N: {key: value}}."""
+    steps = {}
+    for line in output.splitlines():
+        match = STEP_LINE.search(line)
+        if not match:
+            continue
+        metrics = {}
+        for part in match.group(2).split(" - "):
+            key, _, value = part.rpartition(":")
+            try:
+                metrics[key.strip()] = float(value)
+            except ValueError:
+                pass
+        steps[int(match.group(1))] = metrics
+    return steps
+
+
+def egpo_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if k.startswith("egpo/")}
+
+
+def all_finite(metrics: dict[str, float]) -> bool:
+    return all(math.isfinite(v) for v in metrics.values())

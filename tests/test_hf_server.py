@@ -1,0 +1,119 @@
+"""The HF rollout server in-process (its Ray wrapper adds nothing): batching, alignment, weights, sampling rules."""
+
+import asyncio
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from egpo.demo.build import build_model
+from egpo.rollout.hf.sampling import resolve_sampling
+from egpo.rollout.hf.server import HFRolloutServer
+from egpo.trainer.keys import ROLLOUT_ENTROPY
+from test_hf_generate import recompute
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("demo") / "model")
+
+
+def make_server(model_path, *overrides) -> HFRolloutServer:
+    with initialize_config_module("egpo.config", version_base=None):
+        cfg = compose(
+            "egpo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={model_path}",
+                "data.max_prompt_length=48",
+                "data.max_response_length=16",
+                "actor_rollout_ref.rollout.name=hf",
+                *overrides,
+            ],
+        )
+    server = HFRolloutServer(cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model)
+    asyncio.run(server.launch_server())
+    return server
+
+
+def prompts(server, questions):
+    tok = server.model_config.tokenizer
+    return [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
+
+
+async def generate_all(server, prompt_list, **params):
+    return await asyncio.gather(
+        *[server.generate(p, dict(params), request_id=str(i)) for i, p in enumerate(prompt_list)]
+    )
+
+
+def test_concurrent_requests_are_batched_and_aligned(demo_model):
+    server = make_server(demo_model)
+    ps = prompts(server, ["What is 1+1?", "What is 12345+67890?", "What is 7+88?"] * 2)
+    outs = asyncio.run(generate_all(server, ps, temperature=1.0, top_p=1.0, top_k=-1, logprobs=True))
+    assert server._batches == 1  # one gathered batch, not six
+    for prompt, out in zip(ps, outs):
+        entropy = out.extra_fields[ROLLOUT_ENTROPY]
+        assert 0 < len(out.token_ids) <= 16 and len(entropy) == len(out.log_probs) == len(out.token_ids)
+        assert out.stop_reason in ("completed", "length")
+        lp, h = recompute(server.model, prompt, out.token_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(out.log_probs), lp, rtol=0, atol=1e-4)
+        torch.testing.assert_close(torch.tensor(entropy), h, rtol=0, atol=1e-4)
+    # log probs only when asked; entropy always
+    (plain,) = asyncio.run(generate_all(server, ps[:1], temperature=1.0))
+    assert plain.log_probs is None and len(plain.extra_fields[ROLLOUT_ENTROPY]) == len(plain.token_ids)
+
+
+def test_top_k_entropy_option_reaches_the_server(demo_model):
+    server = make_server(demo_model, "actor_rollout_ref.rollout.custom.entropy.top_k=2")
+    (out,) = asyncio.run(generate_all(server, prompts(server, ["What is 2+2?"]), temperature=1.0))
+    assert max(out.extra_fields[ROLLOUT_ENTROPY]) <= float(torch.log(torch.tensor(2.0))) + 1e-6
+
+
+def test_pushed_weights_are_used_and_must_cover_the_model(demo_model, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    server = make_server(demo_model)
+    other = AutoModelForCausalLM.from_pretrained(build_model(tmp_path / "other", seed=7), attn_implementation="eager")
+    (p,) = prompts(server, ["What is 5+6?"])
+    before = asyncio.run(generate_all(server, [p], temperature=0.0, logprobs=True))[0]
+    asyncio.run(server.update_weights(other.state_dict(), global_steps=3))
+    after = asyncio.run(generate_all(server, [p], temperature=0.0, logprobs=True))[0]
+    assert after.extra_fields["global_steps"] == 3
+    lp, _ = recompute(other.eval(), p, after.token_ids, 1.0)
+    torch.testing.assert_close(torch.tensor(after.log_probs), lp, rtol=0, atol=1e-4)
+    assert after.token_ids != before.token_ids or after.log_probs != before.log_probs
+
+    partial = {k: v for k, v in other.state_dict().items() if "layers.0." not in k}
+    with pytest.raises(RuntimeError, match="missing"):
+        asyncio.run(server.update_weights(partial))
+
+
+def test_unsupported_request_settings_fail_by_name(demo_model):
+    server = make_server(demo_model)
+    (p,) = prompts(server, ["What is 1+2?"])
+    with pytest.raises(ValueError, match="min_p"):
+        asyncio.run(generate_all(server, [p], min_p=0.1))
+    with pytest.raises(NotImplementedError, match="text-only"):
+        asyncio.run(server.generate(p, {}, request_id="x", image_data=[object()]))
+
+
+def resolve(params, prompt_len=10, **kw):
+    args = dict(prompt_len=prompt_len, prompt_length=16, response_length=8, max_model_len=None, eos_token_ids=(2,))
+    args.update(kw)
+    return resolve_sampling(params, **args)
+
+
+def test_sampling_rules():
+    s = resolve({"temperature": 0.7, "top_k": None, "logprobs": True})
+    assert (s.max_new_tokens, s.temperature, s.top_k, s.stop_token_ids, s.return_log_probs) == (8, 0.7, -1, (2,), True)
+    assert resolve({}, prompt_len=20).max_new_tokens == 4  # verl's rule: the prompt's overflow eats the response
+    assert resolve({"max_tokens": 3}).max_new_tokens == 3
+    assert resolve({"max_new_tokens": 100}).max_new_tokens == 14  # clamped to the context left
+    assert resolve({"stop_token_ids": [9, 2]}).stop_token_ids == (9, 2)
+    assert resolve({"stop_token_ids": [9], "ignore_eos": True}).stop_token_ids == (9,)
+    with pytest.raises(ValueError, match="n=1"):
+        resolve({"n": 4})
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        resolve({"repetition_penalty": 1.1})
+    with pytest.raises(ValueError, match="no room"):
+        resolve({}, prompt_len=24)

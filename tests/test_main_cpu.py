@@ -1,0 +1,65 @@
+"""The real verl trainer on CPU through ``python -m egpo.main`` (tiny model, HF rollout server, egpo trainer).
+
+Each run starts Ray, builds FSDP2 over gloo and trains; about 40 s on 2 cores.
+"""
+
+import pytest
+
+from egpo.demo.build import build
+from main_job import all_finite, egpo_metrics, run_smoke, step_metrics
+
+pytestmark = pytest.mark.e2e
+
+# 4 prompts x 8 samples: enough responses that rewards differ within a group in a step
+COMMON = ("trainer.total_training_steps=2", "actor_rollout_ref.rollout.n=8")
+EGPO_KEYS = ("egpo/bonus_mean", "egpo/cot_entropy_mean", "egpo/clipped_frac", "egpo/no_cot_frac", "egpo/entropy_source_is_rollout")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("egpo_demo"))
+
+
+def assert_trained(proc, source: str, compared: bool):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    steps = step_metrics(proc.stdout)
+    assert sorted(steps) == [1, 2], proc.stdout[-3000:]
+    for metrics in steps.values():
+        egpo = egpo_metrics(metrics)
+        assert set(EGPO_KEYS) <= set(egpo) and all_finite(egpo), egpo
+        assert egpo["egpo/entropy_source_is_rollout"] == (source == "rollout")
+        if compared:
+            # same weights, temperature 1.0: the HF server's entropy and probabilities vs the actor's recompute
+            assert egpo["egpo/entropy_rollout_vs_actor/max_abs_diff"] < 1e-4, egpo
+            assert metrics["training/rollout_probs_diff_max"] < 1e-5, metrics["training/rollout_probs_diff_max"]
+        else:
+            assert "egpo/entropy_rollout_vs_actor/max_abs_diff" not in egpo
+    assert any(m["egpo/bonus_mean"] != 0 for m in steps.values()), "the EGPO bonus was zero in every step"
+    assert any(m["actor/grad_norm"] > 0 for m in steps.values())  # weights moved, and were pushed to the server
+    assert "[egpo] step 2:" in proc.stdout
+    return steps
+
+
+@pytest.mark.parametrize("source", ["actor", "rollout"])
+def test_two_egpo_steps(tmp_path, demo, source):
+    proc = run_smoke(tmp_path, demo, f"algorithm.entropy_source={source}", *COMMON)
+    assert_trained(proc, source, compared=True)
+
+
+def test_rollout_entropy_in_bypass_mode(tmp_path, demo):
+    proc = run_smoke(tmp_path, demo, "algorithm.entropy_source=rollout", "algorithm.rollout_correction.bypass_mode=true", *COMMON)
+    steps = assert_trained(proc, "rollout", compared=False)
+    assert all("timing_s/old_log_prob" not in m for m in steps.values())  # no recompute at all
+
+
+def test_checkpoint_at_step_one_then_resume_for_step_two(tmp_path, demo):
+    first = run_smoke(tmp_path, demo, "algorithm.entropy_source=rollout", "trainer.total_training_steps=1", "trainer.save_freq=1")
+    assert first.returncode == 0, first.stderr[-6000:]
+    assert (tmp_path / "checkpoints" / "global_step_1" / "actor").is_dir()
+    second = run_smoke(tmp_path, demo, "algorithm.entropy_source=rollout", "trainer.total_training_steps=2", "trainer.save_freq=1")
+    assert second.returncode == 0, second.stderr[-6000:]
+    assert "Resuming from" in second.stdout and "global_step_1" in second.stdout
+    steps = step_metrics(second.stdout)
+    assert sorted(steps) == [2]  # step 1 was not run again
+    assert all_finite(egpo_metrics(steps[2])) and egpo_metrics(steps[2])
+    assert (tmp_path / "checkpoints" / "global_step_2" / "actor").is_dir()

@@ -1,0 +1,56 @@
+"""Start-up checks of the rollout-entropy path and of the CPU backend, on composed configs."""
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from egpo.trainer.config import EgpoConfigError, EgpoSettings
+from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path
+from test_recipes import RECIPES
+
+STOCK_MANAGER = "verl.experimental.agent_loop.AgentLoopManager"
+
+
+def smoke(*overrides):
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name="cpu_smoke", overrides=list(overrides))
+
+
+def checks(cfg):
+    check_cpu_backend(cfg)
+    check_rollout_entropy_path(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+
+
+@pytest.mark.parametrize("source", ["actor", "rollout"])
+def test_cpu_smoke_recipe_passes(source):
+    checks(smoke(f"algorithm.entropy_source={source}"))
+
+
+def test_rollout_entropy_without_egpos_manager_is_refused_with_the_fix():
+    cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
+                f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}")
+    with pytest.raises(EgpoConfigError, match="agent_loop_manager_class=egpo.rollout.agent_loop.EntropyAgentLoopManager"):
+        checks(cfg)
+    # actor entropy does not need it
+    checks(smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
+                 f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
+
+
+def test_hf_rollout_needs_egpos_manager_and_the_cpu():
+    with pytest.raises(EgpoConfigError, match="needs actor_rollout_ref.rollout.agent.agent_loop_manager_class"):
+        checks(smoke(f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
+    with pytest.raises(EgpoConfigError, match="set trainer.device=cpu"):
+        checks(smoke("trainer.device=cuda"))
+
+
+def test_cpu_device_lists_every_missing_setting():
+    cfg = smoke(
+        "actor_rollout_ref.rollout.name=sglang",
+        "~actor_rollout_ref.model.override_config.attn_implementation",
+        "~ray_kwargs.ray_init.num_gpus",
+        "~ray_kwargs.ray_init.resources",
+    )
+    with pytest.raises(EgpoConfigError) as err:
+        check_cpu_backend(cfg)
+    message = str(err.value)
+    for fix in ("rollout.name=hf", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
+        assert fix in message
