@@ -6,7 +6,7 @@ Each run starts Ray, builds FSDP2 over gloo and trains; about 40 s on 2 cores.
 import pytest
 
 from egpo.demo.build import build
-from main_job import all_finite, egpo_metrics, run_smoke, step_metrics
+from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metrics
 
 pytestmark = pytest.mark.e2e
 

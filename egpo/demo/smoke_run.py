@@ -1,4 +1,7 @@
-"""Run ``python -m egpo.main`` on the CPU smoke recipe in a subprocess and read its per-step metrics."""
+"""Run ``python -m egpo.main`` on the CPU smoke recipe in a subprocess and read its per-step metrics.
+
+Used by the end-to-end tests and by ``bench/cpu_step.py``; handy for scripting CPU ablations.
+"""
 
 import math
 import os
@@ -7,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
 
 
