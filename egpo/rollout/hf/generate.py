@@ -22,36 +22,11 @@ class GeneratedTokens:
     stop_reason: str  # "completed" (a stop token) or "length"
 
 
-@torch.no_grad()
-def generate_tokens(
-    model,
-    prompt_ids: list[int],
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = -1,
-    stop_token_ids: list[int] | None = None,
-    pad_token_id: int = 0,
-    n: int = 1,
-    entropy_options: EntropyOptions = EntropyOptions(),
-    generator_seed: int | None = None,
-) -> list[GeneratedTokens]:
-    """``n`` samples for one prompt. ``temperature == 0`` is greedy (and still gets entropy)."""
+def generate_tokens(model, prompt_ids: list[int], *, n: int = 1, **settings) -> list[GeneratedTokens]:
+    """``n`` samples for one prompt (the settings of :func:`generate_batch`)."""
     if not prompt_ids:
         raise ValueError("prompt_ids is empty")
-    return generate_batch(
-        model,
-        [list(prompt_ids)] * n,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        stop_token_ids=stop_token_ids,
-        pad_token_id=pad_token_id,
-        entropy_options=entropy_options,
-        generator_seed=generator_seed,
-    )
+    return generate_batch(model, [list(prompt_ids)] * n, **settings)
 
 
 @torch.no_grad()
@@ -68,7 +43,11 @@ def generate_batch(
     entropy_options: EntropyOptions = EntropyOptions(),
     generator_seed: int | None = None,
 ) -> list[GeneratedTokens]:
-    """One sample per prompt, prompts of any lengths in one left-padded batch, the same sampling settings."""
+    """One sample per prompt, prompts of any lengths in one left-padded batch, the same sampling settings.
+
+    ``temperature <= 0`` is greedy (and still gets entropy); ``top_k <= 0`` and ``top_p == 1`` disable those
+    filters; ``stop_token_ids`` end a sample (the stop token is kept); ``generator_seed`` seeds the sampler.
+    """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     if max_new_tokens < 1:

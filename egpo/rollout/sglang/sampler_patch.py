@@ -1,0 +1,49 @@
+"""``Sampler.forward``: per-token entropy of the logits the sampler is about to sample from.
+
+The original overwrites ``logits_output.next_token_logits`` in place (``div_`` by the temperature, then
+``logits[:] = softmax``), so the entropy is computed before it runs, from the logits as they enter the
+sampler (after penalties, grammar masks and logit bias; ``-inf`` entries are safe). It is stored as
+``logits_output.next_token_entropy`` (one float32 per row, on the logits' device, no sync), for the
+scheduler-side patches to carry to the CPU and into each request. Greedy rows get entropy too.
+
+The method is patched on the original class (``model_runner`` imports ``Sampler`` at module level, so a class
+swap would miss instances built from the earlier import).
+"""
+
+from __future__ import annotations
+
+from egpo.rollout.entropy import EntropyOptions, token_entropy
+from egpo.rollout.sglang.guards import check_parameters
+
+ENTROPY_ATTR = "next_token_entropy"
+FORWARD_PARAMS = ("logits_output", "sampling_info", "return_logprob", "top_logprobs_nums", "token_ids_logprobs", "positions")
+
+_state: dict = {"original": None, "options": EntropyOptions()}
+
+
+def entropy_sampler_forward(self, logits_output, sampling_info, *args, **kwargs):
+    options = _state["options"]
+    temperature = sampling_info.temperatures if options.temperature_scaled else None
+    entropy = token_entropy(logits_output.next_token_logits, top_k=options.top_k, temperature=temperature)
+    setattr(logits_output, ENTROPY_ATTR, entropy)
+    return _state["original"](self, logits_output, sampling_info, *args, **kwargs)
+
+
+def apply_sampler_patch(options: EntropyOptions) -> None:
+    """Idempotent; a second call only updates the options."""
+    from sglang.srt.layers.sampler import Sampler
+
+    _state["options"] = options
+    if Sampler.forward is entropy_sampler_forward:
+        return
+    check_parameters(Sampler.forward, FORWARD_PARAMS, "sglang.srt.layers.sampler.Sampler.forward")
+    _state["original"] = Sampler.forward
+    Sampler.forward = entropy_sampler_forward
+
+
+def remove_sampler_patch() -> None:
+    from sglang.srt.layers.sampler import Sampler
+
+    if Sampler.forward is entropy_sampler_forward:
+        Sampler.forward = _state["original"]
+        _state["original"] = None
