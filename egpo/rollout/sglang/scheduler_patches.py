@@ -1,0 +1,154 @@
+"""Scheduler-process patches: carry each sampled token's entropy from the sampler to the detokenizer.
+
+Applied inside sglang's scheduler process (by :mod:`egpo.rollout.sglang.scheduler_process`), on the original
+classes, each after its target's shape is checked:
+
+* ``GenerationBatchResult.copy_to_cpu``: starts a non-blocking copy of ``logits_output.next_token_entropy``
+  *before* the original records ``copy_done``, so the overlap scheduler's existing event covers it (no extra
+  sync, no ``.item()``).
+* ``process_batch_result_prefill`` / ``process_batch_result_decode``: the first token is sampled in prefill,
+  the rest in decode; each appends ``req.output_token_entropy_val`` for exactly the requests whose
+  ``output_ids`` the original appends to (same skip conditions), before the original runs, so the value is in
+  place when the original streams the output (decode streams inside itself). One ``.tolist()`` per batch.
+* ``stream_output_generation``: fills ``BatchTokenIDOutput.output_token_entropy_val`` (which sglang sends
+  as None) with each request's values from its send offset on, the way ``output_token_logprobs_val`` is
+  sliced; the values live on the ``Req`` object, so finished, aborted or retracted requests leave nothing
+  behind, and a finished request's list is dropped once it has been sent.
+
+Speculative decoding samples outside ``Sampler`` and is refused at launch (:mod:`egpo.rollout.sglang.server`).
+"""
+
+from __future__ import annotations
+
+from egpo.rollout.entropy import EntropyOptions
+from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters
+from egpo.rollout.sglang.sampler_patch import ENTROPY_ATTR, apply_sampler_patch
+
+REQ_VALUES = "output_token_entropy_val"  # on Req: every value appended so far
+REQ_OFFSET = "egpo_entropy_sent_offset"  # on Req: how many of them were already sent
+
+_originals: dict[str, object] = {}
+
+
+def _values(req) -> list:
+    values = getattr(req, REQ_VALUES, None)
+    if values is None:
+        values = []
+        setattr(req, REQ_VALUES, values)
+    return values
+
+
+def _batch_entropy(result) -> list | None:
+    logits_output = getattr(result, "logits_output", None)
+    entropy = getattr(logits_output, ENTROPY_ATTR, None) if logits_output is not None else None
+    return None if entropy is None else entropy.tolist()
+
+
+# ---------------------------------------------------------------------------------------------- patched methods
+def copy_to_cpu_with_entropy(self, return_logprob):
+    logits_output = self.logits_output
+    entropy = getattr(logits_output, ENTROPY_ATTR, None) if logits_output is not None else None
+    if entropy is not None:
+        setattr(logits_output, ENTROPY_ATTR, entropy.to("cpu", non_blocking=True))
+    return _originals["copy_to_cpu"](self, return_logprob)
+
+
+def process_batch_result_prefill_with_entropy(self, batch, result):
+    if getattr(self, "is_generation", True):
+        if result.copy_done is not None:
+            result.copy_done.synchronize()
+        entropy = _batch_entropy(result)
+        if entropy is not None:
+            for req, value in zip(batch.reqs, entropy):
+                # the original appends output_ids for exactly these requests
+                if not (req.finished() or req.is_retracted) and req.is_chunked <= 0:
+                    _values(req).append(value)
+    return _originals["process_batch_result_prefill"](self, batch, result)
+
+
+def process_batch_result_decode_with_entropy(self, batch, result):
+    if result.copy_done is not None:
+        result.copy_done.synchronize()
+    entropy = _batch_entropy(result)
+    if entropy is not None:
+        for req, value in zip(batch.reqs, entropy):
+            if self.enable_overlap and (req.finished() or req.is_retracted):
+                continue
+            _values(req).append(value)
+    return _originals["process_batch_result_decode"](self, batch, result)
+
+
+class _EntropyAttachingSender:
+    """Stands in for ``send_to_detokenizer`` during one ``stream_output_generation`` call."""
+
+    def __init__(self, sender, reqs):
+        self._sender = sender
+        self._reqs = {req.rid: req for req in reqs}
+
+    def send_output(self, output, *args, **kwargs):
+        if type(output).__name__ == "BatchTokenIDOutput" and output.output_token_entropy_val is None:
+            column = []
+            for rid in output.rids:
+                req = self._reqs[rid]
+                values = getattr(req, REQ_VALUES, None) or []
+                offset = getattr(req, REQ_OFFSET, 0)
+                column.append(values[offset:])
+                setattr(req, REQ_OFFSET, len(values))
+                if req.finished() and getattr(req, "finished_output", False):
+                    setattr(req, REQ_VALUES, None)  # sent for the last time
+            output.output_token_entropy_val = column
+        return self._sender.send_output(output, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._sender, name)
+
+
+def stream_output_generation_with_entropy(self, reqs, return_logprob, skip_req=None):
+    sender = self.send_to_detokenizer
+    self.send_to_detokenizer = _EntropyAttachingSender(sender, reqs)
+    try:
+        return _originals["stream_output_generation"](self, reqs, return_logprob, skip_req)
+    finally:
+        self.send_to_detokenizer = sender
+
+
+# ---------------------------------------------------------------------------------------------- install
+def _targets():
+    from sglang.srt.managers.io_struct import BatchTokenIDOutput
+    from sglang.srt.managers.scheduler_output_processor_mixin import SchedulerOutputProcessorMixin
+    from sglang.srt.managers.utils import GenerationBatchResult
+
+    if "output_token_entropy_val" not in getattr(BatchTokenIDOutput, "__dataclass_fields__", {}):
+        raise SglangPatchTargetError("sglang BatchTokenIDOutput has no output_token_entropy_val field (0.5.6.post2 has)")
+    return [
+        (GenerationBatchResult, "copy_to_cpu", ("return_logprob",), copy_to_cpu_with_entropy),
+        (SchedulerOutputProcessorMixin, "process_batch_result_prefill", ("batch", "result"),
+         process_batch_result_prefill_with_entropy),
+        (SchedulerOutputProcessorMixin, "process_batch_result_decode", ("batch", "result"),
+         process_batch_result_decode_with_entropy),
+        (SchedulerOutputProcessorMixin, "stream_output_generation", ("reqs", "return_logprob", "skip_req"),
+         stream_output_generation_with_entropy),
+    ]
+
+
+def apply_scheduler_patches(options: EntropyOptions) -> None:
+    """Sampler + scheduler patches in this process. Every target is checked before any is changed; idempotent."""
+    targets = _targets()
+    for owner, name, params, replacement in targets:
+        current = owner.__dict__.get(name)
+        if current is not replacement:
+            check_parameters(current, params, f"{owner.__module__}.{owner.__qualname__}.{name}")
+    apply_sampler_patch(options)
+    for owner, name, _params, replacement in targets:
+        if owner.__dict__.get(name) is not replacement:
+            _originals[name] = owner.__dict__[name]
+            setattr(owner, name, replacement)
+
+
+def remove_scheduler_patches() -> None:
+    from egpo.rollout.sglang.sampler_patch import remove_sampler_patch
+
+    for owner, name, _params, replacement in _targets():
+        if owner.__dict__.get(name) is replacement:
+            setattr(owner, name, _originals.pop(name))
+    remove_sampler_patch()
