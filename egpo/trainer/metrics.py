@@ -31,7 +31,7 @@ def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor
     return metrics
 
 
-def format_step_summary(step: int, metrics: dict) -> str:
+def format_step_summary(step: int | None, metrics: dict) -> str:
     """One readable line of a step's ``egpo/`` metrics (verl's console logger prints them among ~100 others)."""
     parts = [f"{key.removeprefix('egpo/')}={value:.4g}" for key, value in sorted(metrics.items()) if key.startswith("egpo/")]
     return f"[egpo] step {step}: " + " ".join(parts)

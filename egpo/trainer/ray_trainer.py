@@ -52,5 +52,5 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         actor_output = super()._update_actor(batch)
         actor_output.meta_info.setdefault("metrics", {}).update(step_metrics)
         if step_metrics:
-            print(format_step_summary(self.global_steps, step_metrics), flush=True)
+            print(format_step_summary(getattr(self, "global_steps", None), step_metrics), flush=True)
         return actor_output
