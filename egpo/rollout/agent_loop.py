@@ -7,7 +7,7 @@ first and writes a padded ``(bs, response_length)`` float32 tensor aligned with 
 into the batch, in every worker, so ``DataProto.concat`` across workers sees the same keys.
 
 :class:`EntropyAgentLoopManager` is verl's ``AgentLoopManager`` with this worker and with egpo's replica for
-rollout names egpo serves (``hf``); other names keep verl's replica. egpo's trainer config selects it through
+rollout names egpo serves (``hf``, ``sglang``); other names keep verl's replica (and return no entropy). egpo's trainer config selects it through
 ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``.
 """
 
@@ -88,6 +88,10 @@ def _replica_class(rollout_name: str):
         from egpo.rollout.hf.replica import HFRolloutReplica
 
         return HFRolloutReplica
+    if rollout_name == "sglang":
+        from egpo.rollout.sglang.replica import EntropySGLangReplica
+
+        return EntropySGLangReplica
     from verl.workers.rollout.replica import get_rollout_replica_class
 
     return get_rollout_replica_class(rollout_name)

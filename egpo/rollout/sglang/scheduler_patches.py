@@ -131,13 +131,25 @@ def _targets():
     ]
 
 
-def apply_scheduler_patches(options: EntropyOptions) -> None:
-    """Sampler + scheduler patches in this process. Every target is checked before any is changed; idempotent."""
+def check_scheduler_patch_targets() -> list:
+    """Every scheduler-side target's shape (also run in the parent, so a mismatch stops start-up there)."""
+    from sglang.srt.layers.sampler import Sampler
+
+    from egpo.rollout.sglang.sampler_patch import FORWARD_PARAMS, entropy_sampler_forward
+
     targets = _targets()
     for owner, name, params, replacement in targets:
         current = owner.__dict__.get(name)
         if current is not replacement:
             check_parameters(current, params, f"{owner.__module__}.{owner.__qualname__}.{name}")
+    if Sampler.forward is not entropy_sampler_forward:
+        check_parameters(Sampler.forward, FORWARD_PARAMS, "sglang.srt.layers.sampler.Sampler.forward")
+    return targets
+
+
+def apply_scheduler_patches(options: EntropyOptions) -> None:
+    """Sampler + scheduler patches in this process. Every target is checked before any is changed; idempotent."""
+    targets = check_scheduler_patch_targets()
     apply_sampler_patch(options)
     for owner, name, _params, replacement in targets:
         if owner.__dict__.get(name) is not replacement:

@@ -1,0 +1,98 @@
+"""verl's ``SGLangHttpServer`` returning each response's per-token entropy with its tokens.
+
+Before sglang launches, the server refuses settings where per-token entropy would be missing or wrong,
+installs the scheduler entry point (:mod:`egpo.rollout.sglang.scheduler_process`) and the tokenizer-manager
+patches (:mod:`egpo.rollout.sglang.tokenizer_patches`). Each request is sent with log probs on (the entropy
+rides next to them in ``meta_info``); the values come back in ``TokenOutput.extra_fields["rollout_entropy"]``,
+checked to be one per token, and the log probs are returned only if the caller asked for them.
+"""
+
+from __future__ import annotations
+
+from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer
+
+from egpo.rollout.entropy import EntropyOptions
+from egpo.rollout.sglang.tokenizer_patches import META_KEY, apply_tokenizer_patches
+from egpo.trainer.keys import ROLLOUT_ENTROPY
+
+
+class UnsupportedRolloutSettingError(ValueError):
+    """A rollout setting under which sglang cannot return per-token entropy."""
+
+
+def refuse_unsupported_settings(config) -> None:
+    problems = []
+    if int(config.data_parallel_size) > 1:
+        problems.append(
+            f"actor_rollout_ref.rollout.data_parallel_size={config.data_parallel_size}: sglang's data-parallel "
+            "controller starts schedulers through a function bound before egpo can patch it; use 1 (more replicas "
+            "instead)"
+        )
+    if int(config.pipeline_model_parallel_size) > 1:
+        problems.append(
+            f"actor_rollout_ref.rollout.pipeline_model_parallel_size={config.pipeline_model_parallel_size}: "
+            "pipeline parallel rebuilds the logits output and drops the entropy; use 1"
+        )
+    mtp = getattr(config, "mtp", None)
+    if mtp is not None and getattr(mtp, "enable", False) and getattr(mtp, "enable_rollout", False):
+        problems.append(
+            "actor_rollout_ref.rollout.mtp.enable_rollout=true: speculative decoding samples inside the verify "
+            "kernel, not the sampler, so there is no per-token entropy; disable MTP rollout"
+        )
+    if problems:
+        raise UnsupportedRolloutSettingError("rollout entropy from sglang cannot be produced: " + "; ".join(problems))
+
+
+class EntropySGLangHttpServer(SGLangHttpServer):
+    async def launch_server(self, master_address: str | None = None, master_port: int | None = None):
+        from egpo.rollout.sglang.scheduler_process import install_scheduler_entry
+
+        refuse_unsupported_settings(self.config)
+        install_scheduler_entry(EntropyOptions.from_config((self.config.custom or {}).get("entropy")))
+        apply_tokenizer_patches()
+        await super().launch_server(master_address=master_address, master_port=master_port)
+        if getattr(self, "tokenizer_manager", None) is not None:
+            capture_entropy(self)
+
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None):
+        params = dict(sampling_params)
+        wants_log_probs = bool(params.get("logprobs", False))
+        params["logprobs"] = True
+        try:
+            output = await super().generate(prompt_ids, params, request_id, image_data=image_data, video_data=video_data)
+            entropy = self._entropy_by_rid.get(request_id)
+        finally:
+            self._entropy_by_rid.pop(request_id, None)
+        if entropy is None:
+            raise RuntimeError(
+                f"sglang returned no meta_info[{META_KEY!r}] for request {request_id}: its scheduler ran without "
+                "egpo's patches (check that the rollout replica is egpo's)"
+            )
+        if len(entropy) != len(output.token_ids):
+            raise RuntimeError(
+                f"sglang returned {len(entropy)} entropy values for {len(output.token_ids)} tokens (request {request_id})"
+            )
+        output.extra_fields[ROLLOUT_ENTROPY] = list(entropy)
+        if not wants_log_probs:
+            output.log_probs = None
+        return output
+
+
+def capture_entropy(server) -> None:
+    """Wrap this server's ``tokenizer_manager.generate_request`` to keep each request's entropy by request id.
+
+    verl's ``generate`` builds its ``TokenOutput`` from the final output; the entropy is taken from the same
+    output here and popped by :meth:`EntropySGLangHttpServer.generate` as soon as that request returns.
+    """
+    server._entropy_by_rid = {}
+    manager = server.tokenizer_manager
+    original = manager.generate_request
+
+    async def generate_request(obj, request=None):
+        async for out in original(obj, request):
+            entropy = (out.get("meta_info") or {}).get(META_KEY)
+            if entropy is not None:
+                server._entropy_by_rid[obj.rid] = entropy
+            yield out
+
+    manager.generate_request = generate_request

@@ -1,0 +1,111 @@
+"""egpo's sglang server/replica on top of verl's, without an engine: generate's entropy contract and refusals."""
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from egpo.trainer.keys import ROLLOUT_ENTROPY
+from sglang_standins import import_sglang_sampler
+
+import_sglang_sampler()
+from egpo.rollout.sglang.replica import EntropySGLangReplica  # noqa: E402  (through verl's sglang loader)
+from egpo.rollout.sglang.server import (  # noqa: E402
+    EntropySGLangHttpServer,
+    UnsupportedRolloutSettingError,
+    capture_entropy,
+    refuse_unsupported_settings,
+)
+
+
+class FakeTokenizerManager:
+    """Yields what sglang's TokenizerManager yields for a finished, non-streamed request."""
+
+    def __init__(self, entropy_for):
+        self.entropy_for = entropy_for
+        self.requests = []
+
+    async def generate_request(self, obj, request=None):
+        self.requests.append(obj)
+        tokens = [7, 8, 9]
+        meta = {"finish_reason": {"type": "stop"}, "output_token_logprobs": [(-0.5, t, None) for t in tokens]}
+        entropy = self.entropy_for(tokens)
+        if entropy is not None:
+            meta["output_token_entropy"] = entropy
+        yield {"output_ids": tokens, "meta_info": meta}
+
+
+def server(entropy_for):
+    s = object.__new__(EntropySGLangHttpServer)
+    s.config = SimpleNamespace(max_model_len=64, response_length=16, prompt_length=16,
+                               enable_rollout_routing_replay=False, skip_tokenizer_init=True)
+    s.global_steps = 4
+    s.tokenizer_manager = FakeTokenizerManager(entropy_for)
+    capture_entropy(s)
+    return s
+
+
+def generate(s, **params):
+    return asyncio.run(s.generate([1, 2, 3], dict(params), request_id="r1"))
+
+
+def test_entropy_comes_back_with_the_tokens_and_log_probs_only_when_asked():
+    s = server(lambda tokens: [0.1 * t for t in tokens])
+    out = generate(s, temperature=1.0)
+    assert list(out.token_ids) == [7, 8, 9]
+    assert out.extra_fields[ROLLOUT_ENTROPY] == pytest.approx([0.7, 0.8, 0.9])
+    assert out.log_probs is None
+    assert s.tokenizer_manager.requests[-1].return_logprob is True  # asked for, to carry the entropy
+    assert list(generate(s, temperature=1.0, logprobs=True).log_probs) == [-0.5, -0.5, -0.5]
+    assert s._entropy_by_rid == {}  # nothing kept after a request returns
+
+
+def test_missing_or_misaligned_entropy_fails_loudly():
+    with pytest.raises(RuntimeError, match="without egpo's patches"):
+        generate(server(lambda tokens: None))
+    with pytest.raises(RuntimeError, match="2 entropy values for 3 tokens"):
+        generate(server(lambda tokens: [1.0, 2.0]))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"data_parallel_size": 2}, "data_parallel_size=2"),
+        ({"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size=2"),
+        ({"mtp": SimpleNamespace(enable=True, enable_rollout=True)}, "mtp.enable_rollout=true"),
+    ],
+)
+def test_unsupported_settings_are_refused(change, message):
+    config = dict(data_parallel_size=1, pipeline_model_parallel_size=1, mtp=SimpleNamespace(enable=False, enable_rollout=False))
+    refuse_unsupported_settings(SimpleNamespace(**config))
+    with pytest.raises(UnsupportedRolloutSettingError, match=message):
+        refuse_unsupported_settings(SimpleNamespace(**{**config, **change}))
+
+
+def test_replica_serves_egpos_server():
+    from egpo.rollout.agent_loop import _replica_class
+
+    assert _replica_class("sglang") is EntropySGLangReplica
+    assert EntropySGLangReplica.__mro__[1].__name__ == "SGLangReplica"
+
+
+def test_scheduler_entry_is_installed_once_and_picklable():
+    import pickle
+
+    import sglang.srt.entrypoints.engine as engine
+    from sglang.srt.managers import scheduler
+
+    from egpo.rollout.entropy import EntropyOptions
+    from egpo.rollout.sglang import scheduler_process
+    from egpo.rollout.sglang.options import read_options
+
+    original = engine.run_scheduler_process
+    try:
+        scheduler_process.install_scheduler_entry(EntropyOptions(top_k=7))
+        scheduler_process.install_scheduler_entry(EntropyOptions(top_k=7))
+        assert engine.run_scheduler_process is scheduler_process.run_scheduler_process_with_entropy
+        assert pickle.loads(pickle.dumps(engine.run_scheduler_process)) is scheduler_process.run_scheduler_process_with_entropy
+        assert read_options() == EntropyOptions(top_k=7)  # what the spawned process will read
+    finally:
+        engine.run_scheduler_process = original
+    assert original is scheduler.run_scheduler_process
