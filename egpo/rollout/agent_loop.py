@@ -72,7 +72,31 @@ def _entropy_required(config) -> bool:
     return algorithm.get("adv_estimator") == "egpo" and algorithm.get("entropy_source", "actor") == "rollout"
 
 
+TOOL_AGENT = "tool_agent"
+TOOL_AGENT_TARGET = "egpo.rollout.tool_agent_loop.EntropyToolAgentLoop"
+
+
+def register_entropy_tool_agent() -> None:
+    """Point verl's ``tool_agent`` name at the entropy-accumulating subclass (in this process)."""
+    from verl.experimental.agent_loop import agent_loop as verl_agent_loop
+
+    import verl.experimental.agent_loop.tool_agent_loop  # noqa: F401  (verl's own registration first)
+
+    registry = verl_agent_loop._agent_loop_registry
+    current = registry.get(TOOL_AGENT, {}).get("_target_")
+    verl_target = "verl.experimental.agent_loop.tool_agent_loop.ToolAgentLoop"
+    if current not in (verl_target, TOOL_AGENT_TARGET):
+        raise RuntimeError(
+            f"verl's agent loop {TOOL_AGENT!r} is {current!r}, not {verl_target} (verl 0.7.1); egpo will not replace it"
+        )
+    registry[TOOL_AGENT] = {"_target_": TOOL_AGENT_TARGET}
+
+
 class EntropyAgentLoopWorker(AgentLoopWorker):
+    def __init__(self, *args, **kwargs):
+        register_entropy_tool_agent()
+        super().__init__(*args, **kwargs)
+
     def _postprocess(self, inputs, input_non_tensor_batch=None):
         entropy = collect_rollout_entropy(
             inputs, self.rollout_config.response_length, required=_entropy_required(self.config)
