@@ -24,7 +24,9 @@ _state: dict = {"original": None, "options": EntropyOptions()}
 def entropy_sampler_forward(self, logits_output, sampling_info, *args, **kwargs):
     options = _state["options"]
     temperature = sampling_info.temperatures if options.temperature_scaled else None
-    entropy = token_entropy(logits_output.next_token_logits, top_k=options.top_k, temperature=temperature)
+    logits = logits_output.next_token_logits
+    # fused (torch.compile, eager fallback) on the GPU; eager elsewhere
+    entropy = token_entropy(logits, top_k=options.top_k, temperature=temperature, compiled=logits.is_cuda)
     setattr(logits_output, ENTROPY_ATTR, entropy)
     return _state["original"](self, logits_output, sampling_info, *args, **kwargs)
 
