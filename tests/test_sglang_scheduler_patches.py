@@ -11,7 +11,7 @@ import torch
 
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.guards import SglangPatchTargetError
-from sglang_standins import import_sglang_sampler
+from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()
 from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: E402

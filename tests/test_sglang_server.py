@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from egpo.trainer.keys import ROLLOUT_ENTROPY
-from sglang_standins import import_sglang_sampler
+from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()
 from egpo.rollout.sglang.replica import EntropySGLangReplica  # noqa: E402  (through verl's sglang loader)

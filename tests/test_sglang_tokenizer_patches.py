@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from egpo.rollout.sglang.guards import SglangPatchTargetError
-from sglang_standins import import_sglang_sampler
+from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()
 from sglang.srt.managers.io_struct import BatchStrOutput, GenerateReqInput  # noqa: E402

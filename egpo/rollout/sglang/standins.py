@@ -1,4 +1,6 @@
-"""Import-time stand-ins that let sglang 0.5.6.post2's Python modules import on a CPU-only machine.
+"""Import-time stand-ins that let sglang 0.5.6.post2's Python modules import on a machine without its CUDA stack.
+
+For the contract tests and ``bench/sampler_patch.py`` only; a real sglang deployment never calls this.
 
 ``sgl_kernel`` (imported unconditionally by a MoE module; its wheel needs CUDA) and ``torchvision`` (PyPI's
 build needs CUDA libraries) are replaced by modules whose every attribute is an inert placeholder. Nothing
@@ -51,13 +53,18 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def install_standins() -> None:
+    """Idempotent."""
+    if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StubFinder())
+
+
 def import_sglang_sampler():
     """The real ``sglang.srt.layers.sampler`` module, or a pytest skip when sglang is not installed."""
     import pytest
 
     pytest.importorskip("sglang", reason="sglang 0.5.6.post2 is installed by .ci/run (pip install --no-deps)")
-    if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StubFinder())
+    install_standins()
     import sglang.srt.layers.sampler as sampler
 
     return sampler
