@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hydra
 import ray
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer import main_ppo
 
@@ -25,6 +25,18 @@ def build_demo_if_missing(config: DictConfig) -> None:
         build(demo.out)
 
 
+def pass_probe_settings_to_workers(config: DictConfig) -> None:
+    """``egpo.probe.*`` (validated here) travels to the actor workers inside ``actor_rollout_ref``."""
+    from omegaconf import open_dict
+
+    from egpo.probe.settings import WORKER_KEY, ProbeSettings
+
+    node = OmegaConf.select(config, "egpo.probe", default=None)
+    ProbeSettings.from_config(node)
+    with open_dict(config.actor_rollout_ref):
+        config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}
+
+
 def prepare_config(config: DictConfig) -> DictConfig:
     """Start-up checks, before Ray or any worker starts. Fills the think-token ids from the tokenizer."""
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
@@ -32,6 +44,7 @@ def prepare_config(config: DictConfig) -> DictConfig:
 
     settings = EgpoSettings.from_algorithm(config.algorithm)
     build_demo_if_missing(config)
+    pass_probe_settings_to_workers(config)
     auto_set_device(config)
     check_cpu_backend(config)
     check_rollout_entropy_path(config, settings)
@@ -66,25 +79,32 @@ class EgpoTaskRunner(main_ppo.TaskRunner):
         return super().run(config)
 
     def add_actor_rollout_worker(self, config):
-        """On ``trainer.device=cpu``, verl's FSDP worker is replaced by :class:`egpo.cpu.worker.CpuActorRolloutRefWorker`."""
+        """verl's FSDP worker, replaced by egpo's when it needs one: :class:`egpo.cpu.worker.CpuActorRolloutRefWorker`
+        on ``trainer.device=cpu``, :class:`egpo.probe.worker.ProbeActorRolloutRefWorker` with ``egpo.probe.enable``."""
+        from egpo.probe.settings import WORKER_KEY, ProbeSettings
+
         actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
-        if config.trainer.get("device", "cuda") != "cpu":
+        on_cpu = config.trainer.get("device", "cuda") == "cpu"
+        probe = ProbeSettings.from_config(config.actor_rollout_ref.get(WORKER_KEY, None)).enable
+        if not (on_cpu or probe):
             return actor_rollout_cls, worker_group_cls
         from verl.trainer.ppo.ray_trainer import Role
         from verl.workers.fsdp_workers import AsyncActorRolloutRefWorker
 
-        from egpo.cpu.worker import CpuActorRolloutRefWorker
-
         if actor_rollout_cls is not AsyncActorRolloutRefWorker:
             raise RuntimeError(
-                f"egpo's CPU backend extends verl's fsdp_workers.AsyncActorRolloutRefWorker, but verl chose "
+                f"egpo's workers extend verl's fsdp_workers.AsyncActorRolloutRefWorker, but verl chose "
                 f"{actor_rollout_cls.__module__}.{actor_rollout_cls.__qualname__}; set actor_rollout_ref.actor.strategy=fsdp2 "
                 "and trainer.use_legacy_worker_impl=auto"
             )
+        if on_cpu:
+            from egpo.cpu.worker import CpuActorRolloutRefWorker as worker_cls
+        else:
+            from egpo.probe.worker import ProbeActorRolloutRefWorker as worker_cls
         for role in (Role.ActorRollout, Role.ActorRolloutRef):
             if role in self.role_worker_mapping:
-                self.role_worker_mapping[role] = ray.remote(CpuActorRolloutRefWorker)
-        return CpuActorRolloutRefWorker, worker_group_cls
+                self.role_worker_mapping[role] = ray.remote(worker_cls)
+        return worker_cls, worker_group_cls
 
 
 def run(config: DictConfig) -> None:

@@ -7,7 +7,8 @@ Selected by ``trainer.device=cpu`` (see :class:`egpo.main.EgpoTaskRunner`). Diff
   duplicate device type when the device is the CPU);
 * ``torch.cpu`` gets the memory functions verl's memory logging calls (:mod:`egpo.cpu.memory`);
 * the ``hf`` rollout (:mod:`egpo.rollout.hf`) is registered in this process, so the hybrid engine's weight
-  sync pushes the trainer's weights to the HF rollout server every step.
+  sync pushes the trainer's weights to the HF rollout server every step;
+* the entropy probe is installed when ``egpo.probe.enable`` (:mod:`egpo.probe.worker`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import datetime
 import os
 
 import torch.distributed
-from verl.workers.fsdp_workers import AsyncActorRolloutRefWorker
-
 from egpo.cpu.memory import install_cpu_memory_stats
+from egpo.probe.worker import ProbeActorRolloutRefWorker
 from egpo.rollout.hf.adapter import register_hf_rollout
 
 
@@ -35,8 +35,9 @@ def init_gloo_process_group(timeout_s: int = 600) -> None:
     )
 
 
-class CpuActorRolloutRefWorker(AsyncActorRolloutRefWorker):
-    """``AsyncActorRolloutRefWorker`` with a gloo process group, CPU memory stats and the ``hf`` rollout."""
+class CpuActorRolloutRefWorker(ProbeActorRolloutRefWorker):
+    """verl's ``AsyncActorRolloutRefWorker`` (with egpo's probe hook) plus a gloo process group, CPU memory stats
+    and the ``hf`` rollout."""
 
     def __init__(self, config, role: str, **kwargs):
         init_gloo_process_group(int(config.get("nccl_timeout", 600)))

@@ -17,12 +17,22 @@ import torch
 from egpo.probe.adamw import AdamWStepParts, adamw_step_parts
 
 
-def dot64(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    """sum_k <a_k, b_k> in float64."""
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2), or the tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def dot64_local(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+    """sum_k <a_k, b_k> over this rank's shards, a float64 scalar tensor on the CPU (not yet all-reduced)."""
     total = torch.zeros((), dtype=torch.float64)
     for x, y in zip(a, b, strict=True):
-        total += (x.detach().double() * y.detach().double()).sum().cpu()
-    return float(total)
+        total += (local(x).detach().double() * local(y).detach().double()).sum().cpu()
+    return total
+
+
+def dot64(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """sum_k <a_k, b_k> in float64 (one process)."""
+    return float(dot64_local(a, b))
 
 
 @dataclass
@@ -57,6 +67,8 @@ class AdamWStepProbe:
             if group.get("amsgrad") or group.get("maximize") or group.get("capturable"):
                 raise ValueError("the probe supports AdamW without amsgrad / maximize / capturable")
         self.optimizer = optimizer
+        self.active = True  # capture steps (cloning parameters and state) only while active
+        self.on_step: list = []  # callbacks(record) after each captured step
         self.last: StepRecord | None = None
         self._before: list[tuple] = []
         self._handles = [
@@ -76,18 +88,22 @@ class AdamWStepProbe:
 
     def _pre_step(self, optimizer, args, kwargs):
         self._before = []
+        if not self.active:
+            return
         for group, p in self._stepped_params():
             state = optimizer.state.get(p, {})
-            m_prev = state["exp_avg"].detach().clone() if "exp_avg" in state else torch.zeros_like(p)
-            self._before.append((group, p, p.detach().clone(), m_prev))
+            m_prev = local(state["exp_avg"]).detach().clone() if "exp_avg" in state else torch.zeros_like(local(p))
+            self._before.append((group, p, local(p).detach().clone(), m_prev))
 
     def _post_step(self, optimizer, args, kwargs):
+        if not self._before:
+            return
         params, delta, grads = [], [], []
         by_group: dict[int, list] = {}
         for group, p, theta_before, m_prev in self._before:
             params.append(p)
-            delta.append(p.detach().double() - theta_before.double())
-            grads.append(p.grad.detach().double())
+            delta.append(local(p).detach().double() - theta_before.double())
+            grads.append(local(p.grad).detach().double())
             by_group.setdefault(id(group), []).append((group, p, theta_before, m_prev))
         fresh, momentum, decay, precond = [], [], [], []
         for items in by_group.values():
@@ -95,9 +111,9 @@ class AdamWStepProbe:
             step = int(optimizer.state[items[0][1]]["step"])
             parts = adamw_step_parts(
                 [t for _, _, t, _ in items],
-                [p.grad for _, p, _, _ in items],
+                [local(p.grad) for _, p, _, _ in items],
                 [m for _, _, _, m in items],
-                [optimizer.state[p]["exp_avg_sq"] for _, p, _, _ in items],
+                [local(optimizer.state[p]["exp_avg_sq"]) for _, p, _, _ in items],
                 step=step,
                 lr=float(group["lr"]),
                 betas=tuple(group["betas"]),
@@ -110,6 +126,8 @@ class AdamWStepProbe:
             precond += parts.preconditioner
         self.last = StepRecord(params, delta, AdamWStepParts(fresh, momentum, decay, precond), grads)
         self._before = []
+        for callback in self.on_step:
+            callback(self.last)
 
     def predict(self, u: dict[torch.nn.Parameter, torch.Tensor] | list[torch.Tensor]) -> DeltaHPrediction:
         """u . delta for the last step; ``u`` per parameter (a dict, or a list in the optimizer's order)."""
