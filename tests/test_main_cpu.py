@@ -63,3 +63,17 @@ def test_checkpoint_at_step_one_then_resume_for_step_two(tmp_path, demo):
     assert sorted(steps) == [2]  # step 1 was not run again
     assert all_finite(egpo_metrics(steps[2])) and egpo_metrics(steps[2])
     assert (tmp_path / "checkpoints" / "global_step_2" / "actor").is_dir()
+
+
+def test_entropy_probe_in_the_main_job(tmp_path, demo):
+    proc = run_smoke(tmp_path, demo, "egpo.probe.enable=true", *COMMON)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    steps = step_metrics(proc.stdout)
+    assert sorted(steps) == [1, 2]
+    for metrics in steps.values():
+        probe = {k: v for k, v in metrics.items() if k.startswith("probe/")}
+        assert {"probe/delta_h_pred", "probe/delta_h_pred_fresh", "probe/delta_h_pred_momentum",
+                "probe/delta_h_pred_weight_decay", "probe/delta_h_realised", "probe/entropy_before"} <= set(probe)
+        assert all_finite(probe) and probe["probe/optimizer_steps"] == 1
+        # the probe measures the entropy verl logs for the same batch
+        assert probe["probe/entropy_before"] == pytest.approx(metrics["actor/entropy"], abs=1e-4)

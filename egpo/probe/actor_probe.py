@@ -62,7 +62,8 @@ class ActorProbe:
             inputs = {**mb.batch, **mb.non_tensor_batch, "pad_token_id": pad}
             with torch.set_grad_enabled(with_grad):
                 out = actor._forward_micro_batch(inputs, temperature=temperature, calculate_entropy=True)
-                part = (out["entropys"] * mb.batch["response_mask"]).sum() / tokens.to(out["entropys"].dtype).item()
+                # float64 reduction: the realised change of a small step is far below fp32's resolution of H
+                part = (out["entropys"].double() * mb.batch["response_mask"].double()).sum() / tokens.item()
                 if with_grad:
                     part.backward()
             total += part.detach().double().cpu()

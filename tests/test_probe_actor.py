@@ -1,0 +1,104 @@
+"""The probe around verl's real DataParallelPPOActor.update_policy (one process, plain module)."""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+from hydra import compose, initialize_config_module
+from omegaconf import open_dict
+from tensordict import TensorDict
+from verl import DataProto
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.actor import DataParallelPPOActor
+
+from egpo.demo.build import build_model
+from egpo.probe.actor_probe import ActorProbe
+from egpo.probe.settings import ProbeSettings
+
+B, P, R = 8, 6, 10
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    created = False
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29611", rank=0, world_size=1)
+        created = True
+    path = build_model(tmp_path_factory.mktemp("probe_actor") / "model")
+    with initialize_config_module("egpo.config", version_base=None):
+        cfg = compose("egpo_trainer", overrides=[
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.fsdp_config.dtype=float32",  # no bf16 autocast
+        ])
+    with open_dict(cfg.actor_rollout_ref.actor):
+        cfg.actor_rollout_ref.actor.use_remove_padding = False
+    yield path, omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    if created:
+        dist.destroy_process_group()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 80, (B, P + R), generator=g)
+    return TensorDict({
+        "input_ids": ids, "attention_mask": torch.ones(B, P + R, dtype=torch.long),
+        "position_ids": torch.arange(P + R).expand(B, -1).clone(), "responses": ids[:, P:],
+        "response_mask": torch.ones(B, R), "old_log_probs": torch.full((B, R), -4.3),
+        "advantages": torch.randn(B, R, generator=g),
+    }, batch_size=B)
+
+
+def train(setup, probe: bool, lr: float, updates: int = 2):
+    from transformers import AutoModelForCausalLM
+
+    path, actor_cfg = setup
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    actor = DataParallelPPOActor(config=actor_cfg, actor_module=model,
+                                 actor_optimizer=torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01))
+    if probe:
+        ActorProbe(actor, ProbeSettings(enable=True), "cpu")
+    metrics = [actor.update_policy(DataProto(batch=batch().clone(), meta_info={"temperature": 1.0, "pad_token_id": 0}))
+               for _ in range(updates)]
+    return model, metrics
+
+
+def test_probe_does_not_change_the_update(setup):
+    plain, _ = train(setup, probe=False, lr=1e-3)
+    probed, metrics = train(setup, probe=True, lr=1e-3)
+    for (name, a), b in zip(plain.state_dict().items(), probed.state_dict().values()):
+        assert torch.equal(a, b), name
+    for m in metrics:
+        probe = {k: v for k, v in m.items() if k.startswith("probe/")}
+        assert {"probe/delta_h_pred", "probe/delta_h_pred_fresh", "probe/delta_h_pred_momentum",
+                "probe/delta_h_pred_weight_decay", "probe/delta_h_realised", "probe/entropy_before"} <= set(probe)
+        assert all(math.isfinite(v) for v in probe.values())
+        parts = probe["probe/delta_h_pred_fresh"] + probe["probe/delta_h_pred_momentum"] + probe["probe/delta_h_pred_weight_decay"]
+        # fp32 weights: the parts are the step's exact math, the total is the step as rounded to fp32
+        assert parts == pytest.approx(probe["probe/delta_h_pred"], rel=1e-4)
+
+
+def test_prediction_matches_the_realised_change_at_a_small_learning_rate(setup):
+    _, metrics = train(setup, probe=True, lr=1e-5, updates=3)
+    for m in metrics:
+        # fp32 weights, float64 reductions: a 1e-5 AdamW step's realised change is resolved to a few percent
+        assert m["probe/delta_h_realised"] == pytest.approx(m["probe/delta_h_pred"], rel=0.1), m
+
+
+def test_every_n_th_update_is_probed(setup):
+    from transformers import AutoModelForCausalLM
+
+    path, actor_cfg = setup
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    actor = DataParallelPPOActor(config=actor_cfg, actor_module=model, actor_optimizer=torch.optim.AdamW(model.parameters()))
+    ActorProbe(actor, ProbeSettings(enable=True, every=2, realised=False), "cpu")
+    probed = ["probe/delta_h_pred" in actor.update_policy(DataProto(batch=batch().clone(), meta_info={"temperature": 1.0}))
+              for _ in range(3)]
+    assert probed == [True, False, True]
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValueError, match="unknown egpo.probe"):
+        ProbeSettings.from_config({"enabled": True})
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        ProbeSettings.from_config({"enable": True, "every": 0})
