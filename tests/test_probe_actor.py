@@ -49,11 +49,26 @@ def batch():
     }, batch_size=B)
 
 
-def train(setup, probe: bool, lr: float, updates: int = 2):
+def shard(model):
+    """FSDP2 as verl applies it (decoder layers, then the root without resharding after forward)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("cpu", (1,))
+    policy = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    return model
+
+
+def train(setup, probe: bool, lr: float, updates: int = 2, fsdp2: bool = False):
     from transformers import AutoModelForCausalLM
 
     path, actor_cfg = setup
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    if fsdp2:
+        model = shard(model)
     actor = DataParallelPPOActor(config=actor_cfg, actor_module=model,
                                  actor_optimizer=torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01))
     if probe:
@@ -63,11 +78,16 @@ def train(setup, probe: bool, lr: float, updates: int = 2):
     return model, metrics
 
 
-def test_probe_does_not_change_the_update(setup):
-    plain, _ = train(setup, probe=False, lr=1e-3)
-    probed, metrics = train(setup, probe=True, lr=1e-3)
+@pytest.mark.parametrize("fsdp2", [False, True])
+def test_probe_does_not_change_the_update(setup, fsdp2):
+    plain, _ = train(setup, probe=False, lr=1e-3, fsdp2=fsdp2)
+    probed, metrics = train(setup, probe=True, lr=1e-3, fsdp2=fsdp2)
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
     for (name, a), b in zip(plain.state_dict().items(), probed.state_dict().values()):
-        assert torch.equal(a, b), name
+        assert torch.equal(local(a), local(b)), name
     for m in metrics:
         probe = {k: v for k, v in m.items() if k.startswith("probe/")}
         assert {"probe/delta_h_pred", "probe/delta_h_pred_fresh", "probe/delta_h_pred_momentum",
