@@ -184,3 +184,31 @@ def test_probe_parts_add_up_and_refuse_other_optimizers(model_path):
                                       "probe/delta_h_pred_momentum", "probe/delta_h_pred_weight_decay"}
     with pytest.raises(TypeError, match="AdamW"):
         AdamWStepProbe(torch.optim.SGD(params, lr=0.1))
+
+
+def test_block_matrix_and_bias_free_variants(model_path):
+    from egpo.probe.attribution import block_matrix, fresh_part_variants
+
+    model = fresh_model(model_path)
+    params = params_of(model)
+    ids, mask = batch(seed=6)
+    adv = torch.randn(N, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    s = seq_log_probs(model, ids, mask)
+    c, a = leave_one_out_coefficients(s), -adv / mask.sum()
+    precond = [torch.rand_like(p) + 0.1 for p in params]
+    groups = [list(range(k, k + GROUP)) for k in range(0, N, GROUP)]
+    group_u = [grads_of((c[idx] * s[idx]).sum(), params, retain_graph=True) for idx in groups]
+    group_g = [grads_of((a[idx] * s[idx]).sum(), params, retain_graph=True) for idx in groups]
+    m = block_matrix(group_u, group_g, precond)
+    totals = block_totals(group_u, group_g, precond)
+    v = fresh_part_variants(m)
+    assert v["same_batch"] == pytest.approx(totals["total"], rel=1e-9)
+    assert v["same_prompt"] == pytest.approx(totals["same_prompt"], rel=1e-9)
+    b = len(groups)
+    assert v["cross_prompt"] == pytest.approx(totals["cross_prompt"] * b / (b - 1), rel=1e-9)
+    # cross-fitting reads only the off-half blocks: changing a same-half block leaves it alone
+    m2 = m.clone()
+    m2[0, 1] += 1.0
+    assert fresh_part_variants(m2)["cross_fit"] == pytest.approx(v["cross_fit"], rel=1e-12)
+    with pytest.raises(ValueError, match="square block matrix"):
+        fresh_part_variants(torch.zeros(1, 1))

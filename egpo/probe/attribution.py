@@ -38,3 +38,35 @@ def sequence_kernel(per_sequence_grads: list[list[torch.Tensor]], preconditioner
     flat = torch.stack([torch.cat([g.double().flatten() for g in grads]) for grads in per_sequence_grads])
     p = torch.cat([q.double().flatten() for q in preconditioner])
     return (flat * p) @ flat.T
+
+
+def block_matrix(
+    group_u: list[list[torch.Tensor]], group_g: list[list[torch.Tensor]], preconditioner: list[torch.Tensor]
+) -> torch.Tensor:
+    """M[g, h] = -U_g . (P * G_h): group g's share of u against group h's share of the update, ``(B, B)`` float64."""
+    pg = [_weighted(preconditioner, g) for g in group_g]
+    return torch.tensor([[-dot64(u, w) for w in pg] for u in group_u], dtype=torch.float64)
+
+
+def fresh_part_variants(blocks: torch.Tensor) -> dict[str, float]:
+    """The fresh-gradient prediction under each estimator, from the group block matrix.
+
+    * ``same_batch``: every pair (biased when u is estimated on the samples that form the update: the self
+      and same-prompt terms share their noise, and GRPO's group baseline couples same-prompt pairs);
+    * ``cross_prompt``: only pairs from different prompts, rescaled by B / (B - 1) to the full sum's size;
+    * ``cross_fit``: u from one half of the prompts against the update from the other half, both ways, x2.
+    """
+    b = blocks.shape[0]
+    if blocks.shape != (b, b) or b < 2:
+        raise ValueError(f"need a square block matrix over >= 2 prompt groups, got {tuple(blocks.shape)}")
+    total = float(blocks.sum())
+    same = float(blocks.diagonal().sum())
+    half = b // 2
+    first, second = slice(0, half), slice(half, b)
+    cross_fit = 2.0 * float(blocks[first, second].sum() + blocks[second, first].sum())
+    return {
+        "same_batch": total,
+        "same_prompt": same,
+        "cross_prompt": (total - same) * b / (b - 1),
+        "cross_fit": cross_fit,
+    }
