@@ -122,3 +122,27 @@ def test_settings_are_validated():
         ProbeSettings.from_config({"enabled": True})
     with pytest.raises(ValueError, match="every must be >= 1"):
         ProbeSettings.from_config({"enable": True, "every": 0})
+
+
+def test_attribution_splits_the_fresh_part_by_prompt_pairs(setup):
+    """One on-policy step (ratio 1, no clipping): the attribution's total is the probe's fresh-gradient part."""
+    import dataclasses
+
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    path, actor_cfg = setup
+    actor_cfg = dataclasses.replace(actor_cfg, grad_clip=1e9)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    actor = DataParallelPPOActor(config=actor_cfg, actor_module=model,
+                                 actor_optimizer=torch.optim.AdamW(model.parameters(), lr=1e-5))
+    ActorProbe(actor, ProbeSettings(enable=True, realised=False, attribution=True), "cpu")
+    data = DataProto(batch=batch().clone(), meta_info={"temperature": 1.0, "pad_token_id": 0, "micro_batch_size": B,
+                                                       "use_dynamic_bsz": False})
+    data.non_tensor_batch["uid"] = np.array([f"p{i // 2}" for i in range(B)], dtype=object)
+    data.batch["old_log_probs"] = actor.compute_log_prob(data)["log_probs"]  # on-policy: ratio 1
+    m = actor.update_policy(data)
+    assert m["probe/attr_same_prompt"] + m["probe/attr_cross_prompt"] == pytest.approx(m["probe/attr_total"], rel=1e-9)
+    assert m["probe/attr_total"] == pytest.approx(m["probe/delta_h_pred_fresh"], rel=1e-3)
+    assert m["probe/pred_cross_prompt"] == pytest.approx(m["probe/attr_cross_prompt"] * 4 / 3, rel=1e-9)
+    assert all(math.isfinite(m[k]) for k in m if k.startswith("probe/"))

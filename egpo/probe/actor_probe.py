@@ -10,6 +10,14 @@ touched: the extra backward's gradients are discarded before verl's update start
 
 Metrics (``probe/``): ``entropy_before``, ``delta_h_pred``, ``delta_h_pred_fresh``, ``delta_h_pred_momentum``,
 ``delta_h_pred_weight_decay``, ``delta_h_realised`` (when ``egpo.probe.realised``), ``optimizer_steps``.
+
+Attribution (``egpo.probe.attribution``): before the update, per prompt group g (``uid``), U_g = grad of the
+group's share of the entropy and G_g = grad of its share of the on-policy loss -(1/Z) sum A log pi; only
+gradient-sized sums are kept (sum_g U_g * G_g, and U, G per half of the groups), and after the first optimizer
+step the first step's effective preconditioner P turns them into ``attr_same_prompt``, ``attr_cross_prompt``
+and ``attr_total`` (= -U . P G, the fresh part as the on-policy gradient sees it), ``pred_cross_prompt``
+(cross pairs only, rescaled by B / (B - 1)) and ``pred_cross_fit`` (u from one half against the update from
+the other, both ways, x2): the estimates free of the same-batch bias.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ class ActorProbe:
         self._original_update = actor.update_policy
         self._u = None
         self._sums = None
+        self._steps = 0
+        self._first_precond = None
         actor.update_policy = self.update_policy
 
     def _params(self):
@@ -69,8 +79,76 @@ class ActorProbe:
             total += part.detach().double().cpu()
         return _all_reduce(total.to(self.device)).cpu()
 
+    def _group_pass(self, data, rows, target: str, tokens: float) -> list:
+        """Local float64 gradient of one group's share of the entropy ("entropy") or of the loss ("loss")."""
+        actor = self.actor
+        sub = data.select_idxs(rows)
+        keys = [k for k in (*ENTROPY_KEYS, "advantages") if k in sub.batch.keys()]
+        sub = sub.select(batch_keys=keys).to(self.device)
+        inputs = {**sub.batch, **sub.non_tensor_batch, "pad_token_id": data.meta_info.get("pad_token_id", 0)}
+        actor.actor_optimizer.zero_grad()
+        out = actor._forward_micro_batch(inputs, temperature=data.meta_info["temperature"], calculate_entropy=True)
+        mask = sub.batch["response_mask"].double()
+        if target == "entropy":
+            value = (out["entropys"].double() * mask).sum() / tokens
+        else:
+            value = -(sub.batch["advantages"].double() * out["log_probs"].double() * mask).sum() / tokens
+        value.backward()
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        return [local(p.grad).detach().double() * world if p.grad is not None
+                else torch.zeros_like(local(p), dtype=torch.float64) for p in self._params()]
+
+    def _attribution_pass(self, data) -> dict:
+        import numpy as np
+
+        uids = data.non_tensor_batch.get("uid", None)
+        if uids is None:
+            raise ValueError("egpo.probe.attribution needs the batch's prompt ids (non_tensor_batch['uid'])")
+        groups = list(dict.fromkeys(uids.tolist()))
+        if len(groups) < 2:
+            raise ValueError("egpo.probe.attribution needs at least two prompt groups in an update")
+        tokens = float(_all_reduce(data.batch["response_mask"].sum().double().to(self.device)).cpu())
+        zeros = [torch.zeros_like(local(p), dtype=torch.float64) for p in self._params()]
+        acc = {"same": [z.clone() for z in zeros], "u0": [z.clone() for z in zeros], "u1": [z.clone() for z in zeros],
+               "g0": [z.clone() for z in zeros], "g1": [z.clone() for z in zeros]}
+        for k, uid in enumerate(groups):
+            rows = np.nonzero(uids == uid)[0]
+            u_g = self._group_pass(data, rows, "entropy", tokens)
+            g_g = self._group_pass(data, rows, "loss", tokens)
+            half = 0 if k < len(groups) // 2 else 1
+            for i in range(len(zeros)):
+                acc["same"][i] += u_g[i] * g_g[i]
+                acc[f"u{half}"][i] += u_g[i]
+                acc[f"g{half}"][i] += g_g[i]
+        self.actor.actor_optimizer.zero_grad()
+        acc["groups"] = len(groups)
+        return acc
+
+    def _attribution_metrics(self, acc, precond) -> dict:
+        def contract(a, b):  # -sum P * a * b, local then all-reduced
+            return -sum(dot64_local([p * x], [y]) for p, x, y in zip(precond, a, b, strict=True))
+
+        u_all = [x + y for x, y in zip(acc["u0"], acc["u1"], strict=True)]
+        g_all = [x + y for x, y in zip(acc["g0"], acc["g1"], strict=True)]
+        values = torch.stack([
+            -sum(dot64_local([p], [s]) for p, s in zip(precond, acc["same"], strict=True)),
+            contract(u_all, g_all),
+            contract(acc["u0"], acc["g1"]) + contract(acc["u1"], acc["g0"]),
+        ])
+        same, total, cross_fit = (float(v) for v in _all_reduce(values.to(self.device)).cpu())
+        b = acc["groups"]
+        return {
+            "probe/attr_same_prompt": same,
+            "probe/attr_cross_prompt": total - same,
+            "probe/attr_total": total,
+            "probe/pred_cross_prompt": (total - same) * b / (b - 1),
+            "probe/pred_cross_fit": 2.0 * cross_fit,
+        }
+
     def _on_step(self, record):
         parts = record.parts
+        if self._first_precond is None:
+            self._first_precond = dict(zip(record.params, parts.preconditioner, strict=True))
         u = [self._u[p] for p in record.params]
         self._sums += torch.stack([
             dot64_local(u, record.delta),
@@ -85,6 +163,7 @@ class ActorProbe:
         if (self.updates - 1) % self.settings.every:
             return self._original_update(data)
         optimizer = self.actor.actor_optimizer
+        attribution = self._attribution_pass(data) if self.settings.attribution else None
         optimizer.zero_grad()
         h_before = self._entropy_pass(data, with_grad=True)
         # FSDP averages gradients over the data-parallel ranks; the global mean's gradient is their sum
@@ -97,6 +176,7 @@ class ActorProbe:
         optimizer.zero_grad()
         self._sums = torch.zeros(4, dtype=torch.float64)
         self._steps = 0
+        self._first_precond = None
         self.step_probe.active = True
         try:
             metrics = self._original_update(data)
@@ -110,6 +190,10 @@ class ActorProbe:
         metrics["probe/delta_h_pred_momentum"] = float(sums[2])
         metrics["probe/delta_h_pred_weight_decay"] = float(sums[3])
         metrics["probe/optimizer_steps"] = float(self._steps)
+        if attribution is not None and self._first_precond is not None:
+            precond = [self._first_precond.get(p, torch.zeros_like(local(p), dtype=torch.float64)) for p in self._params()]
+            metrics.update(self._attribution_metrics(attribution, precond))
+        self._first_precond = None
         if self.settings.realised:
             h_after = self._entropy_pass(data, with_grad=False)
             metrics["probe/delta_h_realised"] = float(h_after - h_before)
