@@ -66,14 +66,15 @@ def test_checkpoint_at_step_one_then_resume_for_step_two(tmp_path, demo):
 
 
 def test_entropy_probe_in_the_main_job(tmp_path, demo):
-    proc = run_smoke(tmp_path, demo, "egpo.probe.enable=true", *COMMON)
+    proc = run_smoke(tmp_path, demo, "egpo.probe.enable=true", "egpo.probe.attribution=true", *COMMON)
     assert proc.returncode == 0, proc.stderr[-6000:]
     steps = step_metrics(proc.stdout)
     assert sorted(steps) == [1, 2]
     for metrics in steps.values():
         probe = {k: v for k, v in metrics.items() if k.startswith("probe/")}
         assert {"probe/delta_h_pred", "probe/delta_h_pred_fresh", "probe/delta_h_pred_momentum",
-                "probe/delta_h_pred_weight_decay", "probe/delta_h_realised", "probe/entropy_before"} <= set(probe)
+                "probe/delta_h_pred_weight_decay", "probe/delta_h_realised", "probe/entropy_before",
+                "probe/attr_same_prompt", "probe/attr_cross_prompt", "probe/pred_cross_fit"} <= set(probe)
         assert all_finite(probe) and probe["probe/optimizer_steps"] == 1
         # the probe measures the entropy verl logs for the same batch
         assert probe["probe/entropy_before"] == pytest.approx(metrics["actor/entropy"], abs=1e-4)
