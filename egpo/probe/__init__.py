@@ -7,6 +7,8 @@ Plain tensor / optimizer code, independent of verl:
 * :mod:`adamw` - an AdamW step split into its fresh-gradient, momentum and weight-decay parts, exactly;
 * :mod:`step_probe` - hooks on a real optimizer capturing theta_t, theta_{t+1} and the state, and
   delta_H_pred = u . (theta_{t+1} - theta_t) with float64 reductions, plus its parts;
-* :mod:`attribution` - same-prompt / cross-prompt block totals from per-group gradients, and the
-  per-sequence kernel K1 on request.
+* :mod:`attribution` - same-prompt / cross-prompt block totals from per-group gradients, the bias-free
+  variants, and the per-sequence kernel K1 on request;
+* :mod:`ground_truth` - the exact on-policy sequence entropy of a small-vocabulary model, for validation;
+* :mod:`actor_probe`, :mod:`worker`, :mod:`settings` - the probe inside verl's actor (``egpo.probe.*``).
 """
