@@ -65,9 +65,27 @@ def test_checkpoint_at_step_one_then_resume_for_step_two(tmp_path, demo):
     assert (tmp_path / "checkpoints" / "global_step_2" / "actor").is_dir()
 
 
+def final_weights(workdir):
+    import torch
+
+    state = torch.load(workdir / "checkpoints" / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt",
+                       weights_only=False)
+    return {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state.items()}
+
+
 def test_entropy_probe_in_the_main_job(tmp_path, demo):
-    proc = run_smoke(tmp_path, demo, "egpo.probe.enable=true", "egpo.probe.attribution=true", *COMMON)
+    """Probe on: finite probe/ metrics every step, and the same weights after 2 steps as with the probe off."""
+    import torch
+
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    off = run_smoke(tmp_path / "off", demo, "trainer.save_freq=2", *COMMON)
+    assert off.returncode == 0, off.stderr[-6000:]
+    proc = run_smoke(tmp_path / "on", demo, "trainer.save_freq=2", "egpo.probe.enable=true",
+                     "egpo.probe.attribution=true", *COMMON)
     assert proc.returncode == 0, proc.stderr[-6000:]
+    baseline, probed = final_weights(tmp_path / "off"), final_weights(tmp_path / "on")
+    assert all(torch.equal(baseline[k], probed[k]) for k in baseline)
     steps = step_metrics(proc.stdout)
     assert sorted(steps) == [1, 2]
     for metrics in steps.values():

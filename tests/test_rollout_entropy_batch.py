@@ -7,10 +7,13 @@ import torch
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, _InternalAgentLoopOutput
 
+import numpy as np
+
 from egpo.rollout.agent_loop import (
     EntropyAgentLoopManager,
     EntropyAgentLoopWorker,
     RolloutEntropyError,
+    canonical_sample_order,
     check_manager_extension_points,
 )
 from egpo.trainer.keys import ROLLOUT_ENTROPY
@@ -97,3 +100,13 @@ def test_extension_point_guard_fires_on_an_altered_manager(monkeypatch):
     monkeypatch.setattr(EntropyAgentLoopManager.__mro__[1], "__init__", altered_init)
     with pytest.raises(RuntimeError, match="Pin verl==0.7.1"):
         check_manager_extension_points()
+
+
+def test_copies_of_a_prompt_get_a_canonical_sample_order_and_keep_their_entropy():
+    rows = [item([5], [9, 9], [0.9, 0.9]), item([5], [7, 8], [0.7, 0.8]), item([6], [3], [0.3]), item([6], [1], [0.1])]
+    uid = np.array(["a", "a", "b", "c"], dtype=object)
+    ordered = canonical_sample_order(rows, {"uid": uid})
+    assert [o.response_ids[0, 0].item() for o in ordered] == [7, 9, 3, 1]  # a's copies sorted; b, c not moved
+    out = worker()._postprocess(ordered, input_non_tensor_batch={"uid": uid})
+    torch.testing.assert_close(out.batch[ROLLOUT_ENTROPY][:2, :2], torch.tensor([[0.7, 0.8], [0.9, 0.9]]))
+    assert canonical_sample_order(rows, None) == rows

@@ -67,6 +67,32 @@ def collect_rollout_entropy(inputs, response_length: int, *, required: bool) -> 
     return entropy
 
 
+def canonical_sample_order(inputs, non_tensor_batch) -> list:
+    """Within each run of rows that are copies of one prompt, order the samples by their tokens.
+
+    verl repeats every prompt ``rollout.n`` times in consecutive rows; which copy receives which sample
+    depends on the order in which concurrent requests reached the server, so two runs with the same seed get
+    the same samples per prompt in different rows (and so different micro-batches). The copies are
+    interchangeable (same prompt, same uid), so a canonical order makes runs reproducible without changing
+    what is trained on. Rows whose inputs differ are never moved.
+    """
+    keys = [k for k in ("uid", "index") if non_tensor_batch is not None and k in non_tensor_batch]
+    if not keys:
+        return list(inputs)
+
+    def row_key(i):
+        return tuple(non_tensor_batch[k][i] for k in keys) + (tuple(inputs[i].prompt_ids.flatten().tolist()),)
+
+    ordered, start = [], 0
+    while start < len(inputs):
+        end, key = start + 1, row_key(start)
+        while end < len(inputs) and row_key(end) == key:
+            end += 1
+        ordered += sorted(inputs[start:end], key=lambda item: item.response_ids.flatten().tolist())
+        start = end
+    return ordered
+
+
 def _entropy_required(config) -> bool:
     algorithm = config.get("algorithm", {})
     return algorithm.get("adv_estimator") == "egpo" and algorithm.get("entropy_source", "actor") == "rollout"
@@ -98,6 +124,7 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
         super().__init__(*args, **kwargs)
 
     def _postprocess(self, inputs, input_non_tensor_batch=None):
+        inputs = canonical_sample_order(inputs, input_non_tensor_batch)
         entropy = collect_rollout_entropy(
             inputs, self.rollout_config.response_length, required=_entropy_required(self.config)
         )
