@@ -7,9 +7,11 @@ the actor's definition) and, in ``extra_fields["rollout_entropy"]``, their per-t
 :func:`egpo.rollout.entropy.token_entropy` with the options in ``actor_rollout_ref.rollout.custom.entropy``.
 
 Concurrent requests are gathered until none has arrived for ``GATHER_WINDOW_S`` and generated in left-padded
-batches (grouped by identical sampling settings, ordered by prompt, at most ``max_num_seqs`` rows); the sampling
-seed advances per batch, so a run's rollouts do not depend on the order in which requests arrived. Weights arrive from the trainer through
-:meth:`update_weights` every step (on-policy); generation and weight loading never overlap.
+batches (grouped by identical sampling settings, ordered by prompt, at most ``max_num_seqs`` rows), each seeded
+from ``rollout.custom.seed`` and a batch counter: the samples each prompt receives do not depend on the order
+in which requests arrived (which copy of a prompt gets which sample does; the agent-loop worker puts them in a
+canonical order). Weights arrive from the trainer through :meth:`update_weights` every step (on-policy);
+generation and weight loading never overlap.
 """
 
 from __future__ import annotations
