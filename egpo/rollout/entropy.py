@@ -55,6 +55,12 @@ class EntropyOptions:
             )
         return cls(top_k=int(cfg.get("top_k", 0)), temperature_scaled=bool(cfg.get("temperature_scaled", False)))
 
+    @classmethod
+    def from_rollout_config(cls, rollout) -> "EntropyOptions":
+        """The options in ``actor_rollout_ref.rollout.custom.entropy`` (a DictConfig or verl's RolloutConfig)."""
+        custom = rollout.get("custom", None) or {}
+        return cls.from_config(custom.get("entropy", None))
+
 
 def _entropy_block(x: torch.Tensor, inv_temperature: torch.Tensor | None) -> torch.Tensor:
     x = x.float()

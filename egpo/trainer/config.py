@@ -12,6 +12,7 @@ from omegaconf import DictConfig, open_dict
 
 from egpo.advantage import validate_egpo_coefficients
 from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.rollout.entropy import EntropyOptions
 from egpo.trainer.keys import ENTROPY_KEY_BY_SOURCE
 
 logger = logging.getLogger(__name__)
@@ -124,8 +125,7 @@ def warn_on_temperature_mismatch(config: DictConfig, settings: EgpoSettings) -> 
     """
     rollout = config.actor_rollout_ref.rollout
     temperature = float(rollout.get("temperature", 1.0))
-    custom = rollout.get("custom", None) or {}
-    scaled = bool((custom.get("entropy", None) or {}).get("temperature_scaled", False))
+    scaled = EntropyOptions.from_rollout_config(rollout).temperature_scaled
     compares = not settings.bypass_mode  # both entropies exist whenever the actor recomputes
     if settings.enabled and compares and temperature != 1.0 and not scaled:
         message = (

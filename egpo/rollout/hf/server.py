@@ -49,14 +49,14 @@ class HFRolloutServer:
         self.config: RolloutConfig = omega_conf_to_dataclass(config)
         self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.replica_rank = replica_rank
-        self.entropy_options = EntropyOptions.from_config((config.custom or {}).get("entropy"))
+        self.entropy_options = EntropyOptions.from_rollout_config(self.config)
         self.global_steps = None
         self.model = None
         self._pending: list[tuple[list[int], HFSampling, asyncio.Future]] = []
         self._drainer: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._batches = 0
-        self._seed = int((config.custom or {}).get("seed", 0)) + 1000003 * replica_rank
+        self._seed = int((self.config.custom or {}).get("seed", 0)) + 1000003 * replica_rank
 
     # ------------------------------------------------------------------ lifecycle
     async def launch_server(self) -> None:

@@ -48,7 +48,7 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         from egpo.rollout.sglang.scheduler_process import install_scheduler_entry
 
         refuse_unsupported_settings(self.config)
-        install_scheduler_entry(EntropyOptions.from_config((self.config.custom or {}).get("entropy")))
+        install_scheduler_entry(EntropyOptions.from_rollout_config(self.config))
         apply_tokenizer_patches()
         await super().launch_server(master_address=master_address, master_port=master_port)
         if getattr(self, "tokenizer_manager", None) is not None:
