@@ -25,14 +25,19 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from egpo.probe.attribution import bias_free_estimates
 from egpo.probe.settings import ProbeSettings
-from egpo.probe.step_probe import AdamWStepProbe, dot64_local, local
+from egpo.probe.step_probe import AdamWStepProbe, DeltaHPrediction, dot64_local, local
 
 ENTROPY_KEYS = ("responses", "input_ids", "attention_mask", "position_ids", "response_mask")
 
 
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if _world_size() > 1:
         dist.all_reduce(t)
     return t
 
@@ -55,6 +60,15 @@ class ActorProbe:
 
     def _params(self):
         return [p for group in self.actor.actor_optimizer.param_groups for p in group["params"]]
+
+    def _global_grads(self) -> list[torch.Tensor]:
+        """This rank's shard of the gradient of a global mean, float64 (zeros where unused).
+
+        FSDP averages gradients over the data-parallel ranks; the global mean's gradient is their sum.
+        """
+        world = _world_size()
+        return [local(p.grad).detach().double() * world if p.grad is not None
+                else torch.zeros_like(local(p), dtype=torch.float64) for p in self._params()]
 
     def _entropy_pass(self, data, with_grad: bool) -> torch.Tensor:
         """Token-mean entropy over the global batch; with_grad: its gradient accumulates into ``.grad``."""
@@ -94,9 +108,7 @@ class ActorProbe:
         else:
             value = -(sub.batch["advantages"].double() * out["log_probs"].double() * mask).sum() / tokens
         value.backward()
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        return [local(p.grad).detach().double() * world if p.grad is not None
-                else torch.zeros_like(local(p), dtype=torch.float64) for p in self._params()]
+        return self._global_grads()
 
     def _attribution_pass(self, data) -> dict:
         import numpy as np
@@ -135,27 +147,20 @@ class ActorProbe:
             contract(u_all, g_all),
             contract(acc["u0"], acc["g1"]) + contract(acc["u1"], acc["g0"]),
         ])
-        same, total, cross_fit = (float(v) for v in _all_reduce(values.to(self.device)).cpu())
-        b = acc["groups"]
+        same, total, off_half = (float(v) for v in _all_reduce(values.to(self.device)).cpu())
+        estimates = bias_free_estimates(total, same, off_half, acc["groups"])
         return {
             "probe/attr_same_prompt": same,
             "probe/attr_cross_prompt": total - same,
             "probe/attr_total": total,
-            "probe/pred_cross_prompt": (total - same) * b / (b - 1),
-            "probe/pred_cross_fit": 2.0 * cross_fit,
+            "probe/pred_cross_prompt": estimates["cross_prompt"],
+            "probe/pred_cross_fit": estimates["cross_fit"],
         }
 
     def _on_step(self, record):
-        parts = record.parts
         if self._first_precond is None:
-            self._first_precond = dict(zip(record.params, parts.preconditioner, strict=True))
-        u = [self._u[p] for p in record.params]
-        self._sums += torch.stack([
-            dot64_local(u, record.delta),
-            dot64_local(u, parts.fresh),
-            dot64_local(u, parts.momentum),
-            dot64_local(u, parts.weight_decay),
-        ])
+            self._first_precond = dict(zip(record.params, record.parts.preconditioner, strict=True))
+        self._sums += record.dots_local([self._u[p] for p in record.params])
         self._steps += 1
 
     def update_policy(self, data):
@@ -166,13 +171,7 @@ class ActorProbe:
         attribution = self._attribution_pass(data) if self.settings.attribution else None
         optimizer.zero_grad()
         h_before = self._entropy_pass(data, with_grad=True)
-        # FSDP averages gradients over the data-parallel ranks; the global mean's gradient is their sum
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        self._u = {
-            p: (local(p.grad).detach().double() * world if p.grad is not None
-                else torch.zeros_like(local(p), dtype=torch.float64))
-            for p in self._params()
-        }
+        self._u = dict(zip(self._params(), self._global_grads(), strict=True))
         optimizer.zero_grad()
         self._sums = torch.zeros(4, dtype=torch.float64)
         self._steps = 0
@@ -185,10 +184,7 @@ class ActorProbe:
         sums = _all_reduce(self._sums.to(self.device)).cpu()
         self._u = None
         metrics["probe/entropy_before"] = float(h_before)
-        metrics["probe/delta_h_pred"] = float(sums[0])
-        metrics["probe/delta_h_pred_fresh"] = float(sums[1])
-        metrics["probe/delta_h_pred_momentum"] = float(sums[2])
-        metrics["probe/delta_h_pred_weight_decay"] = float(sums[3])
+        metrics.update(DeltaHPrediction(*sums.tolist()).as_metrics())
         metrics["probe/optimizer_steps"] = float(self._steps)
         if attribution is not None and self._first_precond is not None:
             precond = [self._first_precond.get(p, torch.zeros_like(local(p), dtype=torch.float64)) for p in self._params()]

@@ -48,6 +48,12 @@ def block_matrix(
     return torch.tensor([[-dot64(u, w) for w in pg] for u in group_u], dtype=torch.float64)
 
 
+def bias_free_estimates(total: float, same: float, off_half: float, groups: int) -> dict[str, float]:
+    """The cross-prompt and cross-fit estimates from the all-pairs total, the same-prompt sum and the sum over
+    pairs whose groups lie in different halves (u from one half, the update from the other)."""
+    return {"cross_prompt": (total - same) * groups / (groups - 1), "cross_fit": 2.0 * off_half}
+
+
 def fresh_part_variants(blocks: torch.Tensor) -> dict[str, float]:
     """The fresh-gradient prediction under each estimator, from the group block matrix.
 
@@ -63,10 +69,5 @@ def fresh_part_variants(blocks: torch.Tensor) -> dict[str, float]:
     same = float(blocks.diagonal().sum())
     half = b // 2
     first, second = slice(0, half), slice(half, b)
-    cross_fit = 2.0 * float(blocks[first, second].sum() + blocks[second, first].sum())
-    return {
-        "same_batch": total,
-        "same_prompt": same,
-        "cross_prompt": (total - same) * b / (b - 1),
-        "cross_fit": cross_fit,
-    }
+    off_half = float(blocks[first, second].sum() + blocks[second, first].sum())
+    return {"same_batch": total, "same_prompt": same, **bias_free_estimates(total, same, off_half, b)}

@@ -40,7 +40,15 @@ class StepRecord:
     params: list[torch.nn.Parameter]
     delta: list[torch.Tensor]  # theta_{t+1} - theta_t, float64
     parts: AdamWStepParts
-    grads: list[torch.Tensor]  # the gradient the step used (after clipping), float64
+
+    def dots_local(self, u: list[torch.Tensor]) -> torch.Tensor:
+        """u . (delta, fresh, momentum, weight_decay) over this rank's shards, float64 ``(4,)`` (not all-reduced)."""
+        return torch.stack([
+            dot64_local(u, self.delta),
+            dot64_local(u, self.parts.fresh),
+            dot64_local(u, self.parts.momentum),
+            dot64_local(u, self.parts.weight_decay),
+        ])
 
 
 @dataclass
@@ -98,12 +106,11 @@ class AdamWStepProbe:
     def _post_step(self, optimizer, args, kwargs):
         if not self._before:
             return
-        params, delta, grads = [], [], []
+        params, delta = [], []
         by_group: dict[int, list] = {}
         for group, p, theta_before, m_prev in self._before:
             params.append(p)
             delta.append(local(p).detach().double() - theta_before.double())
-            grads.append(local(p.grad).detach().double())
             by_group.setdefault(id(group), []).append((group, p, theta_before, m_prev))
         fresh, momentum, decay, precond = [], [], [], []
         for items in by_group.values():
@@ -124,7 +131,7 @@ class AdamWStepProbe:
             momentum += parts.momentum
             decay += parts.weight_decay
             precond += parts.preconditioner
-        self.last = StepRecord(params, delta, AdamWStepParts(fresh, momentum, decay, precond), grads)
+        self.last = StepRecord(params, delta, AdamWStepParts(fresh, momentum, decay, precond))
         self._before = []
         for callback in self.on_step:
             callback(self.last)
@@ -134,13 +141,7 @@ class AdamWStepProbe:
         if self.last is None:
             raise RuntimeError("no optimizer step has been observed yet")
         u_list = [u[p] for p in self.last.params] if isinstance(u, dict) else list(u)
-        parts = self.last.parts
-        return DeltaHPrediction(
-            total=dot64(u_list, self.last.delta),
-            fresh=dot64(u_list, parts.fresh),
-            momentum=dot64(u_list, parts.momentum),
-            weight_decay=dot64(u_list, parts.weight_decay),
-        )
+        return DeltaHPrediction(*self.last.dots_local(u_list).tolist())
 
 
 def grads_of(scalar: torch.Tensor, params: list[torch.nn.Parameter], retain_graph: bool = False) -> list[torch.Tensor]:
