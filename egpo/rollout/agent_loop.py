@@ -14,11 +14,13 @@ rollout names egpo serves (``hf``, ``sglang``); other names keep verl's replica 
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import ray
 import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 
+from egpo.trainer.config import EgpoSettings
 from egpo.trainer.keys import ROLLOUT_ENTROPY
 
 MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
@@ -83,19 +85,15 @@ def canonical_sample_order(inputs, non_tensor_batch) -> list:
     def row_key(i):
         return tuple(non_tensor_batch[k][i] for k in keys) + (tuple(inputs[i].prompt_ids.flatten().tolist()),)
 
-    ordered, start = [], 0
-    while start < len(inputs):
-        end, key = start + 1, row_key(start)
-        while end < len(inputs) and row_key(end) == key:
-            end += 1
-        ordered += sorted(inputs[start:end], key=lambda item: item.response_ids.flatten().tolist())
-        start = end
+    ordered = []
+    for _, run in itertools.groupby(range(len(inputs)), key=row_key):
+        ordered += sorted((inputs[i] for i in run), key=lambda item: item.response_ids.flatten().tolist())
     return ordered
 
 
 def _entropy_required(config) -> bool:
-    algorithm = config.get("algorithm", {})
-    return algorithm.get("adv_estimator") == "egpo" and algorithm.get("entropy_source", "actor") == "rollout"
+    settings = EgpoSettings.from_algorithm(config.algorithm)
+    return settings.enabled and settings.entropy_source == "rollout"
 
 
 TOOL_AGENT = "tool_agent"
