@@ -89,23 +89,26 @@ def test_replica_serves_egpos_server():
     assert EntropySGLangReplica.__mro__[1].__name__ == "SGLangReplica"
 
 
-def test_scheduler_entry_is_installed_once_and_picklable():
+def test_process_entries_are_installed_once_and_picklable():
     import pickle
 
     import sglang.srt.entrypoints.engine as engine
-    from sglang.srt.managers import scheduler
+    from sglang.srt.managers import detokenizer_manager, scheduler
 
     from egpo.rollout.entropy import EntropyOptions
-    from egpo.rollout.sglang import scheduler_process
+    from egpo.rollout.sglang import process_entries
     from egpo.rollout.sglang.options import read_options
 
-    original = engine.run_scheduler_process
+    assert engine.run_scheduler_process is scheduler.run_scheduler_process
     try:
-        scheduler_process.install_scheduler_entry(EntropyOptions(top_k=7))
-        scheduler_process.install_scheduler_entry(EntropyOptions(top_k=7))
-        assert engine.run_scheduler_process is scheduler_process.run_scheduler_process_with_entropy
-        assert pickle.loads(pickle.dumps(engine.run_scheduler_process)) is scheduler_process.run_scheduler_process_with_entropy
+        process_entries.install_process_entries(EntropyOptions(top_k=7))
+        process_entries.install_process_entries(EntropyOptions(top_k=7))
+        assert engine.run_scheduler_process is process_entries.run_scheduler_process_with_entropy
+        assert engine.run_detokenizer_process is process_entries.run_detokenizer_process_with_standins
+        for entry in (engine.run_scheduler_process, engine.run_detokenizer_process):
+            assert pickle.loads(pickle.dumps(entry)) is entry  # by reference: the child imports egpo's module
         assert read_options() == EntropyOptions(top_k=7)  # what the spawned process will read
     finally:
-        engine.run_scheduler_process = original
-    assert original is scheduler.run_scheduler_process
+        process_entries.remove_process_entries()
+    assert engine.run_scheduler_process is scheduler.run_scheduler_process
+    assert engine.run_detokenizer_process is detokenizer_manager.run_detokenizer_process

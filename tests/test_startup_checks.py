@@ -1,10 +1,12 @@
 """Start-up checks of the rollout-entropy path and of the CPU backend, on composed configs."""
 
+import re
+
 import pytest
 from hydra import compose, initialize_config_dir
 
 from egpo.trainer.config import EgpoConfigError, EgpoSettings
-from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path
+from egpo.trainer.startup_checks import SGLANG_CPU_ENGINE, check_cpu_backend, check_rollout_entropy_path
 from test_recipes import RECIPES
 
 STOCK_MANAGER = "verl.experimental.agent_loop.AgentLoopManager"
@@ -44,7 +46,7 @@ def test_hf_rollout_needs_egpos_manager_and_the_cpu():
 
 def test_cpu_device_lists_every_missing_setting():
     cfg = smoke(
-        "actor_rollout_ref.rollout.name=sglang",
+        "actor_rollout_ref.rollout.name=vllm",
         "~actor_rollout_ref.model.override_config.attn_implementation",
         "~ray_kwargs.ray_init.num_gpus",
         "~ray_kwargs.ray_init.resources",
@@ -52,5 +54,33 @@ def test_cpu_device_lists_every_missing_setting():
     with pytest.raises(EgpoConfigError) as err:
         check_cpu_backend(cfg)
     message = str(err.value)
-    for fix in ("rollout.name=hf", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
+    for fix in ("rollout.name=hf or sglang", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
         assert fix in message
+
+
+def pasted_fixes(message: str) -> list[str]:
+    """The ``++key=value`` overrides an error message suggests, as a user would paste them."""
+    return re.findall(r"\+\+\S+=(?:\{[^}]*\}|[^\s;.(]+(?:\.[^\s;.(]+)*)", message)
+
+
+@pytest.mark.parametrize("rollout", ["hf", "sglang"])
+def test_every_cpu_fix_works_when_pasted_verbatim(rollout):
+    removed = ["~actor_rollout_ref.model.override_config.attn_implementation", "~ray_kwargs.ray_init.num_gpus",
+               "~ray_kwargs.ray_init.resources"]
+    if rollout == "sglang":
+        pytest.importorskip("sglang", reason="the sglang CPU install line (README) is not installed")
+        removed += [f"~actor_rollout_ref.rollout.engine_kwargs.sglang.{key}" for key in SGLANG_CPU_ENGINE]
+    with pytest.raises(EgpoConfigError) as err:
+        check_cpu_backend(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed))
+    fixes = pasted_fixes(str(err.value))
+    assert len(fixes) == len(removed), (fixes, str(err.value))
+    # on a recipe that lacks the keys and on one that has them (++ adds or overrides)
+    checks(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed, *fixes))
+    checks(smoke(f"actor_rollout_ref.rollout.name={rollout}", *fixes))
+
+
+def test_sglang_on_cpu_needs_its_engine_settings():
+    with pytest.raises(EgpoConfigError, match="free_cache_engine=false"):
+        check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=true"))
+    with pytest.raises(EgpoConfigError, match=r"engine_kwargs.sglang.device=cpu"):
+        check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.engine_kwargs.sglang.device=cuda"))

@@ -7,7 +7,8 @@ Selected by ``trainer.device=cpu`` (see :class:`egpo.main.EgpoTaskRunner`). Diff
   duplicate device type when the device is the CPU);
 * ``torch.cpu`` gets the memory functions verl's memory logging calls (:mod:`egpo.cpu.memory`);
 * the ``hf`` rollout (:mod:`egpo.rollout.hf`) is registered in this process, so the hybrid engine's weight
-  sync pushes the trainer's weights to the HF rollout server every step;
+  sync pushes the trainer's weights to the HF rollout server every step; with ``rollout.name=sglang``, verl's
+  own sglang adapter pushes them, with CPU tensors shared by file name and the worker's device slot declared (:mod:`egpo.cpu.sglang_rollout`);
 * the entropy probe is installed when ``egpo.probe.enable`` (:mod:`egpo.probe.worker`).
 """
 
@@ -18,6 +19,7 @@ import os
 
 import torch.distributed
 from egpo.cpu.memory import install_cpu_memory_stats
+from egpo.cpu.sglang_rollout import prepare_worker_for_sglang
 from egpo.probe.worker import ProbeActorRolloutRefWorker
 from egpo.rollout.hf.adapter import register_hf_rollout
 
@@ -43,4 +45,6 @@ class CpuActorRolloutRefWorker(ProbeActorRolloutRefWorker):
         init_gloo_process_group(int(config.get("nccl_timeout", 600)))
         install_cpu_memory_stats()
         register_hf_rollout()
+        if config.rollout.name == "sglang":
+            prepare_worker_for_sglang()
         super().__init__(config, role, **kwargs)

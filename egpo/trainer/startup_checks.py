@@ -43,6 +43,31 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
         raise EgpoConfigError(f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs {MANAGER_KEY}={MANAGER_PATH}")
 
 
+SGLANG_CPU_ENGINE = {"device": "cpu", "attention_backend": "torch_native", "enable_memory_saver": False}
+SGLANG_CPU_INSTALL = (
+    "pip install --no-deps sglang==0.5.6.post2 && pip install -r .ci/sglang-cpu-requirements.txt "
+    "(README, 'sglang on a CPU')"
+)
+
+
+def _sglang_cpu_problems(config: DictConfig) -> list[str]:
+    """rollout.name=sglang on trainer.device=cpu: sglang's CPU engine settings (recipes/cpu_smoke.yaml has them)."""
+    import importlib.util
+
+    rollout = config.actor_rollout_ref.rollout
+    problems = []
+    if importlib.util.find_spec("sglang") is None:
+        problems.append(f"sglang installed: {SGLANG_CPU_INSTALL}")
+    engine = (rollout.get("engine_kwargs", None) or {}).get("sglang", None) or {}
+    for key, value in SGLANG_CPU_ENGINE.items():
+        if engine.get(key, None) != value:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            problems.append(f"++actor_rollout_ref.rollout.engine_kwargs.sglang.{key}={shown}")
+    if rollout.get("free_cache_engine", True):
+        problems.append("actor_rollout_ref.rollout.free_cache_engine=false (sglang's memory release needs CUDA)")
+    return problems
+
+
 def check_cpu_backend(config: DictConfig) -> None:
     """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
     device = config.trainer.get("device", "cuda")
@@ -52,24 +77,26 @@ def check_cpu_backend(config: DictConfig) -> None:
             raise EgpoConfigError("actor_rollout_ref.rollout.name=hf is egpo's CPU rollout; set trainer.device=cpu")
         return
     problems = []
-    if name != "hf":
-        problems.append(f"actor_rollout_ref.rollout.name=hf (got {name!r}; verl's engines need a GPU)")
+    if name == "sglang":
+        problems += _sglang_cpu_problems(config)
+    elif name != "hf":
+        problems.append(f"actor_rollout_ref.rollout.name=hf or sglang (got {name!r}; verl's other engines need a GPU)")
     if config.trainer.get("use_legacy_worker_impl", "auto") == "disable":
         problems.append("trainer.use_legacy_worker_impl=auto (the CPU worker extends verl's FSDP worker)")
     if config.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):
         problems.append("actor_rollout_ref.actor.strategy=fsdp2")
     attn = (config.actor_rollout_ref.model.get("override_config", None) or {}).get("attn_implementation", None)
     if attn not in ("eager", "sdpa"):
-        problems.append("+actor_rollout_ref.model.override_config.attn_implementation=eager (flash-attn needs a GPU)")
+        problems.append("++actor_rollout_ref.model.override_config.attn_implementation=eager (flash-attn needs a GPU)")
     ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
     devices = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
     if int(ray_init.get("num_gpus", 0) or 0) < devices:
         problems.append(
-            f"+ray_kwargs.ray_init.num_gpus={devices} (verl counts 'GPU' resources before placing workers; on a CPU "
+            f"++ray_kwargs.ray_init.num_gpus={devices} (verl counts 'GPU' resources before placing workers; on a CPU "
             "they are only a count)"
         )
     if int((ray_init.get("resources", None) or {}).get("cpu", 0)) < devices:
-        problems.append(f"+ray_kwargs.ray_init.resources={{cpu:{devices}}} (verl's placement bundles ask for a 'cpu' resource)")
+        problems.append(f"++ray_kwargs.ray_init.resources={{cpu:{devices}}} (verl's placement bundles ask for a 'cpu' resource)")
     if problems:
         raise EgpoConfigError(
             "trainer.device=cpu needs: " + "; ".join(problems) + ". recipes/cpu_smoke.yaml sets all of these."

@@ -5,6 +5,10 @@ from __future__ import annotations
 import ray
 from verl.workers.rollout.replica import get_rollout_replica_class
 
+from egpo.rollout.sglang.standins import prepare_sglang_import
+
+prepare_sglang_import()  # CPU machines only: before this process imports sglang
+
 # verl prepares sglang's import (environment, a vllm stand-in) in its loader: go through it first
 SGLangReplica = get_rollout_replica_class("sglang")
 

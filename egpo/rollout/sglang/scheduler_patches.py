@@ -1,6 +1,6 @@
 """Scheduler-process patches: carry each sampled token's entropy from the sampler to the detokenizer.
 
-Applied inside sglang's scheduler process (by :mod:`egpo.rollout.sglang.scheduler_process`), on the original
+Applied inside sglang's scheduler process (by :mod:`egpo.rollout.sglang.process_entries`), on the original
 classes, each after its target's shape is checked:
 
 * ``GenerationBatchResult.copy_to_cpu``: starts a non-blocking copy of ``logits_output.next_token_entropy``

@@ -1,15 +1,19 @@
 """verl's ``SGLangHttpServer`` returning each response's per-token entropy with its tokens.
 
 Before sglang launches, the server refuses settings where per-token entropy would be missing or wrong,
-installs the scheduler entry point (:mod:`egpo.rollout.sglang.scheduler_process`) and the tokenizer-manager
-patches (:mod:`egpo.rollout.sglang.tokenizer_patches`). Each request is sent with log probs on (the entropy
+installs the entry points of sglang's processes (:mod:`egpo.rollout.sglang.process_entries`) and the
+tokenizer-manager patches (:mod:`egpo.rollout.sglang.tokenizer_patches`). Each request is sent with log probs on (the entropy
 rides next to them in ``meta_info``); the values come back in ``TokenOutput.extra_fields["rollout_entropy"]``,
 checked to be one per token, and the log probs are returned only if the caller asked for them.
 """
 
 from __future__ import annotations
 
-from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer
+from egpo.rollout.sglang.standins import prepare_sglang_import
+
+prepare_sglang_import()  # CPU machines only: before this process imports sglang
+
+from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer  # noqa: E402
 
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.tokenizer_patches import META_KEY, apply_tokenizer_patches
@@ -45,10 +49,10 @@ def refuse_unsupported_settings(config) -> None:
 
 class EntropySGLangHttpServer(SGLangHttpServer):
     async def launch_server(self, master_address: str | None = None, master_port: int | None = None):
-        from egpo.rollout.sglang.scheduler_process import install_scheduler_entry
+        from egpo.rollout.sglang.process_entries import install_process_entries
 
         refuse_unsupported_settings(self.config)
-        install_scheduler_entry(EntropyOptions.from_rollout_config(self.config))
+        install_process_entries(EntropyOptions.from_rollout_config(self.config))
         apply_tokenizer_patches()
         await super().launch_server(master_address=master_address, master_port=master_port)
         if getattr(self, "tokenizer_manager", None) is not None:

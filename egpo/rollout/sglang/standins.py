@@ -1,20 +1,39 @@
-"""Import-time stand-ins that let sglang 0.5.6.post2's Python modules import on a machine without its CUDA stack.
+"""Import-time stand-ins that let sglang 0.5.6.post2 run on a CPU-only machine, without its CUDA stack.
 
-For the contract tests and ``bench/sampler_patch.py`` only; a real sglang deployment never calls this.
+sglang installed with ``--no-deps`` (README, "sglang on a CPU") lacks three packages its modules import:
 
-``sgl_kernel`` (imported unconditionally by a MoE module; its wheel needs CUDA) and ``torchvision`` (PyPI's
-build needs CUDA libraries) are replaced by modules whose every attribute is an inert placeholder. Nothing
-the tests drive calls into them: the sampler runs its ``pytorch`` backend.
+* ``sgl_kernel`` (imported unconditionally by a MoE module; its wheel needs CUDA) and ``torchvision`` (PyPI's
+  build needs CUDA libraries): inert modules whose every attribute is a placeholder. On a CPU without AMX
+  nothing calls into them.
+* ``vllm``: on a CPU without AMX, ``sglang.srt.layers.activation`` and ``.layernorm`` end with
+  ``from vllm.model_executor.layers.{activation,layernorm} import ...``, replacing their own ``SiluAndMul``,
+  ``GeluAndMul``, ``RMSNorm``, ``GemmaRMSNorm`` by vLLM's. The stand-in hands back **sglang's own classes**
+  (already defined in the half-imported sglang module), so the model keeps sglang's native implementations;
+  ``vllm._custom_ops`` functions raise if called (only CUDA / ROCm paths call them). Any other ``vllm``
+  submodule is absent (sglang treats its ImportError as "no vLLM").
+
+They are installed only where they are needed (:func:`cpu_standins_needed`: no CUDA device and no real
+``sgl_kernel``), so a GPU deployment never sees them. Every process that imports sglang installs them first:
+the process that loads verl's sglang replica, the sglang server, the trainer's rollout adapter, and sglang's
+spawned scheduler and detokenizer processes (their entry points, :mod:`egpo.rollout.sglang.process_entries`,
+install them when the child unpickles its target, before any sglang module is imported there).
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 
-STUBBED = ("sgl_kernel", "torchvision")
+INERT = ("sgl_kernel", "torchvision")
+VLLM_LAYER_MODULES = {
+    "vllm.model_executor.layers.activation": "sglang.srt.layers.activation",
+    "vllm.model_executor.layers.layernorm": "sglang.srt.layers.layernorm",
+}
+VLLM_PACKAGES = ("vllm", "vllm.model_executor", "vllm.model_executor.layers")
+VLLM_CUSTOM_OPS = "vllm._custom_ops"
 
 
 class _Placeholder:
@@ -31,32 +50,104 @@ class _Placeholder:
         return (object,)
 
 
-class _StubModule(types.ModuleType):
+class _InertModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
         return _Placeholder()
 
 
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _SglangClassesModule(types.ModuleType):
+    """``vllm.model_executor.layers.X``: every name resolves to the class sglang's own module defines."""
+
+    sglang_module: str
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        owner = sys.modules.get(self.sglang_module)
+        if owner is None or not hasattr(owner, name):
+            raise ImportError(f"egpo's vllm stand-in has no {name!r}: {self.sglang_module} does not define it")
+        return getattr(owner, name)
+
+
+class _CustomOpsModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def unavailable(*args, **kwargs):
+            raise RuntimeError(
+                f"vllm._custom_ops.{name} was called, but egpo's CPU stand-in for vllm has no kernels; this sglang "
+                "code path needs CUDA (or a CPU with AMX and sgl-kernel)"
+            )
+
+        return unavailable
+
+
+def _kind(fullname: str) -> str | None:
+    root = fullname.split(".")[0]
+    if root in INERT:
+        return "inert"
+    if fullname in VLLM_PACKAGES:
+        return "package"
+    if fullname in VLLM_LAYER_MODULES:
+        return "sglang_classes"
+    if fullname == VLLM_CUSTOM_OPS:
+        return "custom_ops"
+    return None
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
+        kind = _kind(fullname)
+        if kind is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=kind in ("inert", "package"))
 
     def create_module(self, spec):
-        module = _StubModule(spec.name)
-        module.__path__ = []
+        kind = _kind(spec.name)
+        if kind == "inert":
+            module = _InertModule(spec.name)
+        elif kind == "sglang_classes":
+            module = _SglangClassesModule(spec.name)
+            module.sglang_module = VLLM_LAYER_MODULES[spec.name]
+        elif kind == "custom_ops":
+            module = _CustomOpsModule(spec.name)
+        else:
+            module = types.ModuleType(spec.name)
+        if kind in ("inert", "package"):
+            module.__path__ = []
         return module
 
     def exec_module(self, module):
         pass
 
 
+def cpu_standins_needed() -> bool:
+    """True on a machine without CUDA where sglang's CUDA kernels (``sgl_kernel``) are not installed."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    finder = next((f for f in sys.meta_path if isinstance(f, _StandInFinder)), None)
+    if finder is not None:
+        return True
+    return importlib.util.find_spec("sgl_kernel") is None
+
+
 def install_standins() -> None:
-    """Idempotent."""
-    if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StubFinder())
+    """Install the stand-ins unconditionally (idempotent). Production code calls :func:`prepare_sglang_import`."""
+    if not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StandInFinder())
+
+
+def prepare_sglang_import() -> bool:
+    """Before this process imports sglang: the CPU stand-ins where needed. Returns whether they are active."""
+    if not cpu_standins_needed():
+        return False
+    install_standins()
+    return True
 
 
 def import_sglang_sampler():
