@@ -1,0 +1,129 @@
+"""sglang's real ``Engine`` on the CPU, with egpo's patches installed the way ``EntropySGLangHttpServer`` installs
+them, and an independent float64 reference (Hugging Face forward, plain log-softmax math).
+
+The scheduler runs in its own process; :func:`run_scheduler_with_state_probe` (a test-only entry around egpo's)
+adds what the tests ask of it to sglang's ``get_internal_state`` reply: live requests still holding entropy,
+and how many requests were retracted.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+
+import pytest
+
+# egpo's process entries first: they install the CPU stand-ins before anything imports sglang
+from egpo.rollout.sglang.process_entries import (
+    install_process_entries,
+    remove_process_entries,
+    run_detokenizer_process_with_standins,
+    run_scheduler_process_with_entropy,
+)
+
+LIVE_KEY = "egpo_live_reqs_holding_entropy"
+RETRACTED_KEY = "egpo_retracted_reqs"
+
+ENGINE_ARGS = dict(device="cpu", attention_backend="torch_native", disable_cuda_graph=True, dtype="float32",
+                   tp_size=1, mem_fraction_static=0.05, random_seed=0, skip_tokenizer_init=True, log_level="error")
+
+
+def run_scheduler_with_state_probe(*args, **kwargs):
+    """Runs in the spawned scheduler process: egpo's entry, plus the state probe."""
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.scheduler import Scheduler
+
+    from egpo.rollout.sglang.scheduler_patches import REQ_VALUES
+
+    retracted = [0]
+    retract_decode = ScheduleBatch.retract_decode
+
+    def counting_retract_decode(self, *a, **kw):
+        out = retract_decode(self, *a, **kw)
+        retracted[0] += len(out[0])
+        return out
+
+    get_internal_state = Scheduler.get_internal_state
+
+    def probed_internal_state(self, recv_req):
+        reply = get_internal_state(self, recv_req)
+        gc.collect()
+        reply.internal_state[LIVE_KEY] = sum(
+            1 for obj in gc.get_objects() if isinstance(obj, Req) and getattr(obj, REQ_VALUES, None)
+        )
+        reply.internal_state[RETRACTED_KEY] = retracted[0]
+        return reply
+
+    ScheduleBatch.retract_decode = counting_retract_decode
+    Scheduler.get_internal_state = probed_internal_state
+    return run_scheduler_process_with_entropy(*args, **kwargs)
+
+
+def run_plain_scheduler(*args, **kwargs):
+    """Runs in the spawned scheduler process of an unpatched engine: sglang's own entry (importing this module
+    installed the CPU stand-ins every sglang process needs here)."""
+    from sglang.srt.managers.scheduler import run_scheduler_process
+
+    return run_scheduler_process(*args, **kwargs)
+
+
+@contextmanager
+def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_args):
+    """A real ``sglang.Engine`` (patched: egpo's process entries + tokenizer patches, plus the state probe)."""
+    pytest.importorskip("sglang", reason="sglang 0.5.6.post2 is installed by .ci/run (pip install --no-deps)")
+    import sglang
+    import sglang.srt.entrypoints.engine as engine_module
+
+    from egpo.rollout.entropy import EntropyOptions
+    from egpo.rollout.sglang.tokenizer_patches import apply_tokenizer_patches, remove_tokenizer_patches
+
+    if patched:
+        install_process_entries(options or EntropyOptions())
+        apply_tokenizer_patches()
+        engine_module.run_scheduler_process = run_scheduler_with_state_probe
+    else:
+        engine_module.run_scheduler_process = run_plain_scheduler
+        engine_module.run_detokenizer_process = run_detokenizer_process_with_standins
+    try:
+        engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
+    finally:
+        remove_process_entries()
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
+        if patched:
+            remove_tokenizer_patches()
+
+
+def scheduler_state(engine) -> dict:
+    return engine.get_server_info()["internal_states"][0]
+
+
+# ---------------------------------------------------------------------------------------------- float64 reference
+def load_reference_model(model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64, attn_implementation="eager").eval()
+
+
+def reference(model, prompt_ids, output_ids, *, temperature=1.0, top_k=0, temperature_scaled=False):
+    """float64 (entropy, log prob of each output token) from one teacher-forced forward.
+
+    Entropy: of the raw logits (or ``logits / temperature``), over the full vocabulary (or its ``top_k`` largest
+    entries, renormalized). Log probs: sglang's definition, ``log_softmax(logits / temperature)`` (raw when greedy).
+    """
+    import torch
+
+    ids = torch.tensor([list(prompt_ids) + list(output_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].double()
+    scaled = logits / temperature if temperature > 0 else logits
+    source = scaled if temperature_scaled else logits
+    if top_k:
+        source = source.topk(top_k, dim=-1).values
+    logp = torch.log_softmax(source, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    token_logp = torch.log_softmax(scaled, dim=-1).gather(-1, torch.tensor(output_ids)[:, None])[:, 0]
+    return entropy, token_logp
