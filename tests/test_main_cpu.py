@@ -5,7 +5,6 @@ Each run starts Ray, builds FSDP2 over gloo and trains; about 40 s on 2 cores.
 
 import pytest
 
-from egpo.demo.build import build
 from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metrics
 
 pytestmark = pytest.mark.e2e
@@ -13,11 +12,6 @@ pytestmark = pytest.mark.e2e
 # 4 prompts x 8 samples: enough responses that rewards differ within a group in a step
 COMMON = ("trainer.total_training_steps=2", "actor_rollout_ref.rollout.n=8")
 EGPO_KEYS = ("egpo/bonus_mean", "egpo/cot_entropy_mean", "egpo/clipped_frac", "egpo/no_cot_frac", "egpo/entropy_source_is_rollout")
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("egpo_demo"))
 
 
 def assert_trained(proc, source: str, compared: bool):
@@ -65,10 +59,10 @@ def test_checkpoint_at_step_one_then_resume_for_step_two(tmp_path, demo):
     assert (tmp_path / "checkpoints" / "global_step_2" / "actor").is_dir()
 
 
-def final_weights(workdir):
+def final_weights(workdir, step: int = 2):
     import torch
 
-    state = torch.load(workdir / "checkpoints" / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt",
+    state = torch.load(workdir / "checkpoints" / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt",
                        weights_only=False)
     return {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state.items()}
 
