@@ -1,0 +1,142 @@
+"""The entropy patch's share of a real sglang decode step (sglang 0.5.6.post2's Engine, egpo's patches).
+
+    python bench/engine_decode.py [--models demo qwen3-0.6b] [--batches 1 32 256] [--new-tokens 8]
+
+For each model an sglang ``Engine`` is started with egpo's patches installed the way the rollout server installs
+them. Inside the scheduler process, a bench-only entry times (a) egpo's entropy computation in the patched
+``Sampler.forward`` and (b) the whole decode step (``run_batch`` + ``process_batch_result``, overlap scheduling
+off so both are synchronous), per decode batch size. The share is (a) / (b), measured on the same steps of one
+run. Models: the demo Qwen3 (V=80) and a random-weight model with Qwen3-0.6B's shape (V=151936, 28 layers,
+hidden 1024), fp32, built locally. Needs sglang's CPU install (README, "sglang on a CPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+# egpo's process entries first: they install the CPU stand-ins before anything imports sglang
+from egpo.rollout.sglang.process_entries import (
+    install_process_entries,
+    remove_process_entries,
+    run_scheduler_process_with_entropy,
+)
+
+TIMINGS_KEY = "egpo_bench_decode_timings"
+
+QWEN3_06B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
+
+
+def run_scheduler_with_timers(*args, **kwargs):
+    """Bench-only scheduler entry (runs in the spawned scheduler process): egpo's, plus timers."""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    from egpo.rollout.sglang import sampler_patch
+
+    timings = defaultdict(lambda: [0.0, 0.0, 0])  # decode batch size -> [entropy s, step s, steps]
+    current = {"entropy": 0.0}
+    token_entropy = sampler_patch.token_entropy
+
+    def timed_entropy(*a, **kw):
+        start = time.perf_counter()
+        out = token_entropy(*a, **kw)
+        current["entropy"] += time.perf_counter() - start
+        return out
+
+    run_batch, process_result = Scheduler.run_batch, Scheduler.process_batch_result
+
+    def timed_run_batch(self, batch):
+        current["entropy"] = 0.0
+        current["start"] = time.perf_counter()
+        return run_batch(self, batch)
+
+    def timed_process_result(self, batch, result):
+        out = process_result(self, batch, result)
+        if batch.forward_mode.is_decode():
+            row = timings[len(batch.reqs)]
+            row[0] += current["entropy"]
+            row[1] += time.perf_counter() - current["start"]
+            row[2] += 1
+        return out
+
+    get_internal_state = Scheduler.get_internal_state
+
+    def internal_state(self, recv_req):
+        reply = get_internal_state(self, recv_req)
+        reply.internal_state[TIMINGS_KEY] = {str(k): list(v) for k, v in timings.items()}
+        return reply
+
+    sampler_patch.token_entropy = timed_entropy
+    Scheduler.run_batch = timed_run_batch
+    Scheduler.process_batch_result = timed_process_result
+    Scheduler.get_internal_state = internal_state
+    return run_scheduler_process_with_entropy(*args, **kwargs)
+
+
+def build_model(out: Path, name: str) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from egpo.demo.build import build_model as build_demo_model
+
+    if name == "demo":
+        return build_demo_model(out, initializer_range=0.5)
+    config = Qwen3Config(**QWEN3_06B_SHAPE, max_position_embeddings=512, eos_token_id=2, pad_token_id=0,
+                         bos_token_id=None, torch_dtype="float32")
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).save_pretrained(out)
+    return out
+
+
+def measure(model_dir: Path, batches: list[int], new_tokens: int) -> dict[int, tuple[float, float, int]]:
+    import sglang
+    import sglang.srt.entrypoints.engine as engine_module
+
+    from egpo.rollout.entropy import EntropyOptions
+    from egpo.rollout.sglang.tokenizer_patches import apply_tokenizer_patches
+
+    install_process_entries(EntropyOptions())
+    apply_tokenizer_patches()
+    engine_module.run_scheduler_process = run_scheduler_with_timers
+    prompt_len = 8
+    engine = sglang.Engine(model_path=str(model_dir), device="cpu", attention_backend="torch_native",
+                           disable_cuda_graph=True, disable_overlap_schedule=True, dtype="float32", tp_size=1,
+                           max_total_tokens=max(batches) * (prompt_len + new_tokens + 2), max_running_requests=max(batches),
+                           chunked_prefill_size=max(batches) * prompt_len, mem_fraction_static=0.6, random_seed=0,
+                           skip_tokenizer_init=True, log_level="error")
+    remove_process_entries()  # the children are up; the next engine installs them again
+    try:
+        for bs in batches:
+            prompts = [[10 + (i * 7 + j) % 60 for j in range(prompt_len)] for i in range(bs)]
+            engine.generate(input_ids=prompts, return_logprob=True,
+                            sampling_params={"max_new_tokens": new_tokens, "temperature": 1.0, "ignore_eos": True})
+        timings = engine.get_server_info()["internal_states"][0][TIMINGS_KEY]
+    finally:
+        engine.shutdown()
+    return {int(k): tuple(v) for k, v in timings.items() if int(k) in batches}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["demo", "qwen3-0.6b"], choices=["demo", "qwen3-0.6b"])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
+    parser.add_argument("--new-tokens", type=int, default=8)
+    args = parser.parse_args()
+    print(f"sglang Engine on the CPU, fp32, {args.new_tokens} new tokens per request, overlap off; "
+          "sums over the decode steps at each batch size")
+    print("| model | batch | decode steps | step (ms) | entropy (ms) | entropy share of the step |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            model_dir = build_model(Path(tmp) / name, name)
+            for bs, (entropy_s, step_s, steps) in sorted(measure(model_dir, args.batches, args.new_tokens).items()):
+                print(f"| {name} | {bs} | {steps} | {step_s / steps * 1e3:.1f} | {entropy_s / steps * 1e3:.2f} | "
+                      f"{entropy_s / step_s:.2%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
