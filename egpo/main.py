@@ -13,6 +13,7 @@ from verl.trainer import main_ppo
 
 import egpo  # noqa: F401  (registers the estimator in the driver)
 from egpo.trainer.config import EgpoSettings, resolve_think_token_ids
+from egpo.trainer.key_check import check_unknown_keys
 from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path
 
 
@@ -42,6 +43,7 @@ def prepare_config(config: DictConfig) -> DictConfig:
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
     from verl.utils.device import auto_set_device
 
+    check_unknown_keys(config)
     settings = EgpoSettings.from_algorithm(config.algorithm)
     build_demo_if_missing(config)
     pass_probe_settings_to_workers(config)

@@ -9,6 +9,7 @@ and how many requests were retracted.
 from __future__ import annotations
 
 import gc
+import signal
 from contextlib import contextmanager
 
 import pytest
@@ -84,6 +85,8 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
     else:
         engine_module.run_scheduler_process = run_plain_scheduler
         engine_module.run_detokenizer_process = run_detokenizer_process_with_standins
+    # sglang's engine makes a child's failure kill its whole process tree (SIGQUIT): restored at teardown
+    sigquit = signal.getsignal(signal.SIGQUIT)
     try:
         engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
     finally:
@@ -92,6 +95,7 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
         yield engine
     finally:
         engine.shutdown()
+        signal.signal(signal.SIGQUIT, sigquit)
         if patched:
             remove_tokenizer_patches()
 

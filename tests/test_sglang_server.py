@@ -10,12 +10,8 @@ from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()
 from egpo.rollout.sglang.replica import EntropySGLangReplica  # noqa: E402  (through verl's sglang loader)
-from egpo.rollout.sglang.server import (  # noqa: E402
-    EntropySGLangHttpServer,
-    UnsupportedRolloutSettingError,
-    capture_entropy,
-    refuse_unsupported_settings,
-)
+from egpo.rollout.sglang.limits import UnsupportedRolloutSettingError, refuse_unsupported_settings  # noqa: E402
+from egpo.rollout.sglang.server import EntropySGLangHttpServer, capture_entropy  # noqa: E402
 
 
 class FakeTokenizerManager:

@@ -84,3 +84,57 @@ def test_sglang_on_cpu_needs_its_engine_settings():
         check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=true"))
     with pytest.raises(EgpoConfigError, match=r"engine_kwargs.sglang.device=cpu"):
         check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.engine_kwargs.sglang.device=cuda"))
+
+
+def test_rollout_entropy_from_an_engine_that_returns_none_is_refused_before_ray():
+    cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda")
+    with pytest.raises(EgpoConfigError, match="rollout.name=vllm returns no per-token entropy.*rollout.name=sglang"):
+        checks(cfg)
+    checks(smoke("actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))  # actor entropy: fine
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.rollout.data_parallel_size=2", "data_parallel_size=2"),
+    ("actor_rollout_ref.rollout.pipeline_model_parallel_size=2", "pipeline_model_parallel_size=2"),
+])
+def test_sglang_entropy_limits_are_checked_at_start_up(override, message):
+    cfg = smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda", override)
+    with pytest.raises(EgpoConfigError, match=message):
+        checks(cfg)
+
+
+@pytest.mark.parametrize("override, suggestion", [
+    ("+algorithm.egpo_lamda=0.3", "did you mean algorithm.egpo_lambda?"),
+    ("+algorithm.entropy_sorce=rollout", "did you mean algorithm.entropy_source?"),
+    ("+algorithm.norm_adv_by_std_in_grp=false", "did you mean algorithm.norm_adv_by_std_in_grpo?"),
+    ("+egpo.prob.enable=true", "did you mean egpo.probe?"),
+    ("+egpo.probe.atribution=true", "did you mean egpo.probe.attribution?"),
+])
+def test_misspelled_keys_are_refused_with_the_closest_key(override, suggestion):
+    from egpo.trainer.key_check import check_unknown_keys
+
+    with pytest.raises(EgpoConfigError) as err:
+        check_unknown_keys(smoke(override))
+    assert suggestion in str(err.value)
+
+
+def test_every_key_of_the_shipped_configs_is_known():
+    from egpo.trainer.key_check import check_unknown_keys
+
+    check_unknown_keys(smoke())
+    for name in ("qwen3_egpo", "qwen3_egpo_rollout_entropy"):
+        with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+            check_unknown_keys(compose(config_name=name))
+
+
+def test_a_misspelled_key_stops_the_main_job_before_ray(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
+                           f"egpo_demo.out={tmp_path / 'demo'}", "+algorithm.egpo_lamda=0.3"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "did you mean algorithm.egpo_lambda?" in proc.stderr + proc.stdout
+    assert "ray init kwargs" not in proc.stdout + proc.stderr  # verl prints it just before ray.init
+    assert not (tmp_path / "demo").exists()  # refused before anything was built

@@ -24,16 +24,35 @@ def _load(path: str):
     return load_class_from_fqn(path, "AgentLoopManager")
 
 
+ENTROPY_ROLLOUTS = ("hf", "sglang")  # the rollout engines egpo makes return per-token entropy
+
+
 def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> None:
-    """entropy_source=rollout and rollout.name=hf need egpo's agent-loop manager (the only path into the batch)."""
+    """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
+    into the batch); rollout.name=hf needs that manager too; sglang's entropy limits are checked here already."""
     from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
 
     rollout = config.actor_rollout_ref.rollout
+    name = _rollout_name(config)
+    wants_rollout_entropy = settings.enabled and settings.entropy_source == "rollout"
+    if wants_rollout_entropy and name is not None and name not in ENTROPY_ROLLOUTS:
+        raise EgpoConfigError(
+            f"algorithm.entropy_source=rollout, but actor_rollout_ref.rollout.name={name} returns no per-token "
+            "entropy (egpo makes sglang return it on a GPU, and its hf server on a CPU). Use "
+            "actor_rollout_ref.rollout.name=sglang, or algorithm.entropy_source=actor."
+        )
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
     uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)
+    if uses_ours and name == "sglang":
+        from egpo.rollout.sglang.limits import UnsupportedRolloutSettingError, refuse_unsupported_settings
+
+        try:
+            refuse_unsupported_settings(rollout)
+        except UnsupportedRolloutSettingError as err:
+            raise EgpoConfigError(str(err)) from None
     if uses_ours:
         return
-    if settings.enabled and settings.entropy_source == "rollout":
+    if wants_rollout_entropy:
         raise EgpoConfigError(
             f"algorithm.entropy_source=rollout, but {MANAGER_KEY}={manager_path!r} does not put the rollout's entropy "
             f"into the batch. Set {MANAGER_KEY}={MANAGER_PATH} (egpo's trainer config does by default) or use "

@@ -1,0 +1,50 @@
+"""Misspelled keys never train silently: unknown keys under ``algorithm`` and ``egpo`` are refused at start-up.
+
+verl never turns the ``algorithm`` node into its dataclass in the training flow, so ``+algorithm.egpo_lamda=0.3``
+would run a whole job with the default ``egpo_lambda``. Every top-level key of ``algorithm`` must be one verl's
+``AlgoConfig`` or egpo's ``egpo/algorithm.yaml`` declares; every key under ``egpo`` one egpo declares. The error
+names the closest known key ("did you mean ...").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+from omegaconf import DictConfig, OmegaConf
+
+from egpo.trainer.config import EgpoConfigError
+
+EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "cot_start_token_id", "cot_end_token_id")
+EGPO_KEYS = ("probe",)
+
+
+def verl_algorithm_keys() -> tuple[str, ...]:
+    from verl.trainer.config import AlgoConfig
+
+    return tuple(f.name for f in dataclasses.fields(AlgoConfig))
+
+
+def _unknown(node, known: tuple[str, ...], prefix: str) -> list[str]:
+    problems = []
+    for key in node.keys():
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f"did you mean {prefix}.{close[0]}?" if close else f"known keys: {', '.join(sorted(known))}"
+        problems.append(f"{prefix}.{key} is not a key verl or egpo reads ({hint})")
+    return problems
+
+
+def check_unknown_keys(config: DictConfig) -> None:
+    problems = _unknown(config.algorithm, verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "algorithm")
+    egpo = OmegaConf.select(config, "egpo", default=None)
+    if egpo is not None:
+        problems += _unknown(egpo, EGPO_KEYS, "egpo")
+        probe = egpo.get("probe", None)
+        if probe is not None:
+            from egpo.probe.settings import KNOWN
+
+            problems += _unknown(probe, tuple(sorted(KNOWN)), "egpo.probe")
+    if problems:
+        raise EgpoConfigError("; ".join(problems) + ". Remove or rename the key(s); nothing was started.")
