@@ -117,3 +117,47 @@ def test_sampling_rules():
         resolve({"repetition_penalty": 1.1})
     with pytest.raises(ValueError, match="no room"):
         resolve({}, prompt_len=24)
+
+
+def test_samples_do_not_depend_on_batching_or_arrival(demo_model):
+    """The same requests, (a) gathered into one batch, (b) one per batch in reversed order with pauses between
+    arrivals: every prompt receives the same samples."""
+    questions = ["What is 1+1?", "What is 12+9?", "What is 7+88?", "What is 3+3?"]
+    params = dict(temperature=1.0, top_p=0.95, top_k=-1, logprobs=True)
+
+    together = make_server(demo_model)
+    ps = prompts(together, questions) * 3  # three copies of each prompt
+    asyncio.run(together.set_global_steps(4))
+    batched = asyncio.run(generate_all(together, ps, **params))
+    assert together._batches == 1
+
+    apart = make_server(demo_model, "actor_rollout_ref.rollout.max_num_seqs=1")
+    asyncio.run(apart.set_global_steps(4))
+
+    async def one_by_one():
+        outs = {}
+        for i in reversed(range(len(ps))):
+            outs[i] = await apart.generate(ps[i], dict(params), request_id=f"r{i}")
+            await asyncio.sleep(0.06)  # past the gather window: a new batch each time
+        return [outs[i] for i in range(len(ps))]
+
+    single = asyncio.run(one_by_one())
+    assert apart._batches == len(ps)
+
+    def samples_by_prompt(outs):
+        by_prompt = {}
+        for p, out in zip(ps, outs):
+            by_prompt.setdefault(tuple(p), []).append((list(out.token_ids), out.log_probs))
+        return {k: sorted(v, key=lambda s: s[0]) for k, v in by_prompt.items()}
+
+    a, b = samples_by_prompt(batched), samples_by_prompt(single)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert [t for t, _ in a[key]] == [t for t, _ in b[key]]
+        for (_, lp_a), (_, lp_b) in zip(a[key], b[key]):
+            torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b), rtol=0, atol=1e-5)
+    # copies of one prompt get different samples, and a new weights version draws new ones
+    assert any(len({tuple(t) for t, _ in v}) > 1 for v in a.values())
+    asyncio.run(together.set_global_steps(5))
+    again = asyncio.run(generate_all(together, ps, **params))
+    assert [list(o.token_ids) for o in again] != [list(o.token_ids) for o in batched]

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from transformers import LogitsProcessorList
+
 from egpo.rollout.entropy import EntropyOptions, token_entropy
+from egpo.rollout.hf.seeded_sampling import SeededSampler, request_seed
 
 
 @dataclass
@@ -42,11 +45,14 @@ def generate_batch(
     pad_token_id: int = 0,
     entropy_options: EntropyOptions = EntropyOptions(),
     generator_seed: int | None = None,
+    row_seeds: list[int] | None = None,
 ) -> list[GeneratedTokens]:
     """One sample per prompt, prompts of any lengths in one left-padded batch, the same sampling settings.
 
     ``temperature <= 0`` is greedy (and still gets entropy); ``top_k <= 0`` and ``top_p == 1`` disable those
-    filters; ``stop_token_ids`` end a sample (the stop token is kept); ``generator_seed`` seeds the sampler.
+    filters; ``stop_token_ids`` end a sample (the stop token is kept). Sampling is per row
+    (:class:`~egpo.rollout.hf.seeded_sampling.SeededSampler`): ``row_seeds[i]`` alone decides row ``i``'s sample,
+    whatever else is in the batch; without it, row ``i`` uses the seed ``(generator_seed or 0, i)``.
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
@@ -54,8 +60,10 @@ def generate_batch(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     stop = list(stop_token_ids or [])
     greedy = temperature <= 0
-    if generator_seed is not None:
-        torch.manual_seed(generator_seed)
+    if row_seeds is None:
+        row_seeds = [request_seed(generator_seed or 0, i) for i in range(len(prompts))]
+    if len(row_seeds) != len(prompts):
+        raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompts")
     width = max(len(p) for p in prompts)
     input_ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
@@ -63,10 +71,13 @@ def generate_batch(
         input_ids=input_ids.to(model.device),
         attention_mask=attention_mask.to(model.device),
         max_new_tokens=max_new_tokens,
-        do_sample=not greedy,
-        temperature=None if greedy else temperature,
-        top_p=None if greedy else top_p,
-        top_k=None if greedy or top_k is None or top_k <= 0 else top_k,
+        do_sample=False,  # greedy, or the seeded sampler leaves only the sampled token finite
+        logits_processor=None if greedy else LogitsProcessorList([
+            SeededSampler(row_seeds, width, temperature, top_k if top_k and top_k > 0 else 0, top_p)
+        ]),
+        temperature=None,
+        top_p=None,
+        top_k=None,
         eos_token_id=stop or None,
         pad_token_id=pad_token_id,
         output_logits=True,

@@ -7,11 +7,13 @@ the actor's definition) and, in ``extra_fields["rollout_entropy"]``, their per-t
 :func:`egpo.rollout.entropy.token_entropy` with the options in ``actor_rollout_ref.rollout.custom.entropy``.
 
 Concurrent requests are gathered until none has arrived for ``GATHER_WINDOW_S`` and generated in left-padded
-batches (grouped by identical sampling settings, ordered by prompt, at most ``max_num_seqs`` rows), each seeded
-from ``rollout.custom.seed`` and a batch counter: the samples each prompt receives do not depend on the order
-in which requests arrived (which copy of a prompt gets which sample does; the agent-loop worker puts them in a
-canonical order). Weights arrive from the trainer through :meth:`update_weights` every step (on-policy);
-generation and weight loading never overlap.
+batches (grouped by identical sampling settings, ordered by prompt, at most ``max_num_seqs`` rows). Each request
+samples from its own seed (:mod:`egpo.rollout.hf.seeded_sampling`), derived from ``rollout.custom.seed``, the
+replica, the weights version (``global_steps``), its prompt tokens and how many identical prompts came before it
+in this weights version: its sample never depends on timing, batching or arrival order (which of a prompt's
+identical copies gets which sample does; the agent-loop worker puts them in a canonical order). Weights arrive
+from the trainer through :meth:`update_weights` every step (on-policy); generation and weight loading never
+overlap.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.hf.generate import generate_batch
 from egpo.rollout.hf.sampling import HFSampling, resolve_sampling
+from egpo.rollout.hf.seeded_sampling import request_seed
 from egpo.trainer.keys import ROLLOUT_ENTROPY
 
 logger = logging.getLogger(__name__)
@@ -52,11 +55,12 @@ class HFRolloutServer:
         self.entropy_options = EntropyOptions.from_rollout_config(self.config)
         self.global_steps = None
         self.model = None
-        self._pending: list[tuple[list[int], HFSampling, asyncio.Future]] = []
+        self._pending: list[tuple[list[int], int, HFSampling, asyncio.Future]] = []
+        self._occurrences: dict[tuple, int] = defaultdict(int)  # (weights version, prompt) -> requests so far
         self._drainer: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._batches = 0
-        self._seed = int((self.config.custom or {}).get("seed", 0)) + 1000003 * replica_rank
+        self._seed = (int((self.config.custom or {}).get("seed", 0)), replica_rank)
 
     # ------------------------------------------------------------------ lifecycle
     async def launch_server(self) -> None:
@@ -88,9 +92,14 @@ class HFRolloutServer:
                     f"unexpected {unexpected[:5]}"
                 )
             if global_steps is not None:
-                self.global_steps = global_steps
+                self._set_weights_version(global_steps)
 
     async def set_global_steps(self, global_steps: int) -> None:
+        self._set_weights_version(global_steps)
+
+    def _set_weights_version(self, global_steps) -> None:
+        if global_steps != self.global_steps:
+            self._occurrences.clear()  # the counts only distinguish identical requests within one version
         self.global_steps = global_steps
 
     async def wake_up(self):  # weights live in host memory: nothing to resume
@@ -129,8 +138,11 @@ class HFRolloutServer:
             max_model_len=self.config.max_model_len,
             eos_token_ids=self.eos_token_ids,
         )
+        key = (self.global_steps, tuple(prompt))
+        seed = request_seed(*self._seed, *key, self._occurrences[key])
+        self._occurrences[key] += 1
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt, sampling, future))
+        self._pending.append((prompt, seed, sampling, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain())
         out = await future
@@ -150,24 +162,26 @@ class HFRolloutServer:
         while self._pending:
             pending, self._pending = self._pending, []
             groups: dict[HFSampling, list] = defaultdict(list)
-            for item in sorted(pending, key=lambda item: item[0]):
-                groups[item[1]].append(item)
+            for item in sorted(pending, key=lambda item: (item[0], item[1])):
+                groups[item[2]].append(item)
             for sampling, items in groups.items():
                 for start in range(0, len(items), self.config.max_num_seqs):
                     chunk = items[start : start + self.config.max_num_seqs]
                     try:
                         async with self._lock:
-                            results = await asyncio.to_thread(self._generate, [p for p, _, _ in chunk], sampling)
+                            results = await asyncio.to_thread(
+                                self._generate, [p for p, _, _, _ in chunk], [s for _, s, _, _ in chunk], sampling
+                            )
                     except Exception as err:  # every waiting request learns why
-                        for _, _, fut in chunk:
+                        for *_, fut in chunk:
                             if not fut.done():
                                 fut.set_exception(err)
                         continue
-                    for (_, _, fut), result in zip(chunk, results, strict=True):
+                    for (*_, fut), result in zip(chunk, results, strict=True):
                         if not fut.done():
                             fut.set_result(result)
 
-    def _generate(self, prompts: list[list[int]], sampling: HFSampling):
+    def _generate(self, prompts: list[list[int]], seeds: list[int], sampling: HFSampling):
         self._batches += 1
         return generate_batch(
             self.model,
@@ -179,5 +193,5 @@ class HFRolloutServer:
             stop_token_ids=list(sampling.stop_token_ids),
             pad_token_id=self.pad_token_id,
             entropy_options=self.entropy_options,
-            generator_seed=self._seed + 7919 * self._batches,
+            row_seeds=seeds,
         )
