@@ -54,6 +54,35 @@ def test_hand_worked_example():
     assert diag.cot_tokens_mean.item() == 1.5
 
 
+def test_metric_definitions_on_a_hand_built_batch():
+    """clipped_frac counts only responses that can be clipped (a span and A_i != 0); bonus-active, equal-reward
+    groups and closed thoughts counted by hand."""
+    responses = torch.tensor([
+        [S, 1, 2, E, 3],  # group a, score 1: H = 0.3 under the bound          closed
+        [S, 4, E, 5, 0],  # group a, score 0: H = 2.0, clipped                 closed
+        [S, 1, E, 3, 0],  # group b, score 1: A = 0, bound 0 (not clippable)   closed
+        [1, 2, E, 3, 4],  # group b, score 1: starts inside, A = 0             closed
+        [1, 2, 3, 4, 5],  # group c, score 0: no span                          open
+        [S, 1, 2, 3, 4],  # group c, score 1: open span, H = 3.0, clipped      open
+    ])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0], [1] * 5, [1] * 5, [1] * 5])
+    scores = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    rewards = torch.zeros(6, 5)
+    rewards[:, -1] = torch.tensor(scores)
+    entropy = torch.tensor([[9, 0.2, 0.4, 9, 9], [9, 2.0, 9, 9, 9], [9, 2.0, 9, 9, 9], [2.0, 2.0, 9, 9, 9],
+                            [2.0] * 5, [9, 3.0, 3.0, 3.0, 3.0]])
+    index = np.array(["a", "a", "b", "b", "c", "c"], dtype=object)
+    _, _, diag = compute_egpo_advantage_with_diagnostics(rewards, mask, index, entropy, responses,
+                                                         cot_start_token_id=S, cot_end_token_id=E)
+    assert diag.clipped_frac.item() == pytest.approx(2 / 3)  # rows 1 and 5 of the clippable rows 0, 1, 5
+    assert diag.bonus_active_frac.item() == pytest.approx(3 / 6)  # rows 0, 1, 5
+    assert diag.equal_reward_group_frac.item() == pytest.approx(1 / 3)  # group b
+    assert diag.think_closed_frac.item() == pytest.approx(4 / 6)
+    assert diag.no_cot_frac.item() == pytest.approx(1 / 6)
+    assert set(diag.as_metrics()) >= {"egpo/bonus_active_frac", "egpo/equal_reward_group_frac",
+                                      "egpo/think_closed_frac"}
+
+
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("seed", range(5))
 def test_lambda_zero_is_bit_identical_to_verl_grpo(seed, norm):

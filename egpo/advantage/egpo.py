@@ -38,9 +38,12 @@ class EgpoDiagnostics:
     cot_entropy_mean: torch.Tensor  # mean H_i over responses with a (finite) CoT span; nan if none
     bonus_mean: torch.Tensor  # mean clipped bonus over all responses (before egpo_lambda)
     no_cot_frac: torch.Tensor  # fraction of responses whose CoT span is empty
-    clipped_frac: torch.Tensor  # fraction of responses whose bonus hit |A_i| / egpo_alpha
+    clipped_frac: torch.Tensor  # of responses with a span and A_i != 0: fraction whose |H_i| exceeds |A_i| / alpha
     nonfinite_entropy_count: torch.Tensor  # non-finite entropy values inside CoT spans, left out
     cot_tokens_mean: torch.Tensor  # mean CoT span length in tokens
+    bonus_active_frac: torch.Tensor  # fraction of responses whose bonus is non-zero
+    equal_reward_group_frac: torch.Tensor  # fraction of groups whose scores are all equal (A_i = 0 for all)
+    think_closed_frac: torch.Tensor  # fraction of responses with </think> among their valid tokens
 
     def as_metrics(self, prefix: str = "egpo/") -> dict[str, float]:
         return {
@@ -50,6 +53,9 @@ class EgpoDiagnostics:
             f"{prefix}clipped_frac": float(self.clipped_frac),
             f"{prefix}nonfinite_entropy_count": float(self.nonfinite_entropy_count),
             f"{prefix}cot_tokens_mean": float(self.cot_tokens_mean),
+            f"{prefix}bonus_active_frac": float(self.bonus_active_frac),
+            f"{prefix}equal_reward_group_frac": float(self.equal_reward_group_frac),
+            f"{prefix}think_closed_frac": float(self.think_closed_frac),
         }
 
 
@@ -140,13 +146,24 @@ def compute_egpo_advantage_with_diagnostics(
 
         bs = adv.shape[0]
         zero = bonus.new_zeros(())
+        can_clip = has_span & (adv != 0)  # a zero advantage has a zero bound: nothing to clip
+        _, group = np.unique(np.asarray(index), return_inverse=True)
+        group = torch.as_tensor(group.reshape(-1), device=scores.device)
+        n_groups = int(group.max()) + 1 if bs else 0
+        flat = scores[:, 0].to(torch.float64)
+        low = flat.new_full((n_groups,), float("inf")).scatter_reduce(0, group, flat, "amin")
+        high = flat.new_full((n_groups,), float("-inf")).scatter_reduce(0, group, flat, "amax")
+        closed = ((responses == cot_end_token_id) & response_mask.bool()).any(dim=1)
         diagnostics = EgpoDiagnostics(
             cot_entropy_mean=h_mean[has_span].mean() if bool(has_span.any()) else bonus.new_tensor(float("nan")),
             bonus_mean=bonus.mean() if bs else zero,
             no_cot_frac=(n_cot == 0).float().mean() if bs else zero,
-            clipped_frac=(has_span & (h_mean.abs() > bound)).float().mean() if bs else zero,
+            clipped_frac=(can_clip & (h_mean.abs() > bound)).sum() / can_clip.sum().clamp(min=1),
             nonfinite_entropy_count=nonfinite_count,
             cot_tokens_mean=n_cot.float().mean() if bs else zero,
+            bonus_active_frac=(bonus != 0).float().mean() if bs else zero,
+            equal_reward_group_frac=(low == high).float().mean() if bs else zero,
+            think_closed_frac=closed.float().mean() if bs else zero,
         )
     return advantages, advantages, diagnostics
 
