@@ -23,7 +23,7 @@ def build_demo_if_missing(config: DictConfig) -> None:
     if demo and demo.get("build_if_missing", False):
         from egpo.demo.build import build
 
-        build(demo.out)
+        build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)))
 
 
 def pass_probe_settings_to_workers(config: DictConfig) -> None:

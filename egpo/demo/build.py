@@ -1,10 +1,12 @@
 """Builds the demo model, tokenizer and task locally (nothing is downloaded).
 
-    python -m egpo.demo.build [--out .egpo_demo] [--force]
+    python -m egpo.demo.build [--out .egpo_demo] [--seed 0] [--warm] [--force]
 
-Writes ``OUT/model`` (a real Qwen3 architecture with random weights and the demo tokenizer) and
-``OUT/data/{train,val}.parquet`` (small additions in verl's RL parquet format). Idempotent: existing
-artifacts are kept unless ``--force``.
+Writes ``OUT/model`` (a real Qwen3 architecture with random weights from ``--seed`` and the demo tokenizer) and
+``OUT/data/{train,val}.parquet`` (small additions in verl's RL parquet format). ``--warm`` then fine-tunes the
+model briefly on synthetic reasoning traces (:mod:`egpo.demo.warm`), so its CoT entropy and success rate sit in
+the regime of real thinking models; it prints and keeps (``OUT/model/warm_stats.json``) what it measured.
+Idempotent: existing artifacts are kept unless ``--force``.
 """
 
 from __future__ import annotations
@@ -77,10 +79,15 @@ def build_data(out: Path, n_train: int = 64, n_val: int = 8) -> Path:
     return out
 
 
-def build(out: Path | str = ".egpo_demo", force: bool = False) -> Path:
+def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, warm: bool = False) -> Path:
     out = Path(out)
-    if force or not (out / "model" / "config.json").exists():
-        build_model(out / "model")
+    marker = out / "model" / ("warm_stats.json" if warm else "config.json")
+    if force or not marker.exists():
+        build_model(out / "model", seed=seed)
+        if warm:
+            from egpo.demo.warm import warm_start
+
+            warm_start(out / "model", seed)
     if force or not (out / "data" / "val.parquet").exists():
         build_data(out / "data")
     return out
@@ -89,10 +96,15 @@ def build(out: Path | str = ".egpo_demo", force: bool = False) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".egpo_demo")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warm", action="store_true", help="fine-tune on synthetic reasoning traces (seconds)")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
-    out = build(args.out, args.force)
+    out = build(args.out, args.force, seed=args.seed, warm=args.warm)
     print(f"demo model: {out / 'model'}\ndemo data:  {out / 'data'}")
+    stats = out / "model" / "warm_stats.json"
+    if args.warm and stats.exists():
+        print(f"warm start: {stats.read_text().strip()}")
 
 
 if __name__ == "__main__":

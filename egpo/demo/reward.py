@@ -1,8 +1,8 @@
-"""Rule-based reward for the demo task: the answer comes after ``</think>``.
+"""Rule-based reward for the demo task, following the chain-of-thought span rules.
 
-    1.0  the text after the last ``</think>`` starts with the correct answer
-    0.5  the response closes its thinking (``</think>``) but the answer is wrong or missing
-    0.0  the response never closes its thinking
+    1.0  exactly one ``</think>``, and the text after it starts with the correct number
+    0.5  exactly one ``</think>``, but the answer after it is wrong or missing
+    0.0  the response never closes its thinking, or closes it more than once
 
 The middle grade makes rewards differ within a group even for a random-weight model, so the GRPO
 advantage (and with it the EGPO bonus, bounded by |A|) is non-zero from the first step.
@@ -10,11 +10,14 @@ advantage (and with it the EGPO bonus, bounded by |A|) is non-zero from the firs
 
 from __future__ import annotations
 
+import re
+
 END_THINK = "</think>"
+LEADING_NUMBER = re.compile(r"\s*(-?\d+)")
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
-    if END_THINK not in solution_str:
+    if solution_str.count(END_THINK) != 1:
         return 0.0
-    answer = solution_str.rsplit(END_THINK, 1)[1].strip()
-    return 1.0 if answer.startswith(str(ground_truth).strip()) and answer else 0.5
+    match = LEADING_NUMBER.match(solution_str.split(END_THINK, 1)[1])
+    return 1.0 if match and match.group(1) == str(ground_truth).strip() else 0.5

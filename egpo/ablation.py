@@ -1,0 +1,125 @@
+"""Runs EGPO's ablation arms x seeds through the real trainer, one after the other, resumably.
+
+    python -m egpo.ablation --config-path="$PWD/recipes" --config-name=cpu_warm \\
+        [--arms grpo egpo_actor egpo_rollout egpo_rollout_bypass] [--seeds 0 1 2 3 4] [--steps 30] \\
+        --out DIR [override ...]
+
+Each run is ``python -m egpo.main`` with the arm's and the seed's overrides, then yours; verl's file logger writes
+its metrics to ``DIR/<arm>__seed<k>/metrics.jsonl`` (one ``{"step": n, "data": {...}}`` line per step), its console
+to ``log.txt`` beside it, and ``run.json`` records the command. A run that finished (``done.json``) is skipped, so
+the same command resumes an interrupted ablation. A recipe that builds a demo (``egpo_demo``) builds it once, in
+``DIR/demo``, for every run. ``python -m egpo.report DIR`` turns the directory into a report.
+
+Arms (egpo_lambda and the rest come from the config and your overrides):
+
+    grpo                 EGPO with egpo_lambda=0: bit-identical to verl's GRPO advantage, and logs the same
+                         CoT-entropy metrics as the other arms
+    egpo_actor           EGPO, entropy from the actor's recompute
+    egpo_rollout         EGPO, entropy returned by the rollout engine while sampling
+    egpo_rollout_bypass  EGPO, rollout entropy, bypass mode (no old-log-prob recompute)
+
+A seed sets the rollout's sampling seed (HF server and sglang) and the data order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ARMS = {
+    "grpo": ("algorithm.adv_estimator=egpo", "algorithm.egpo_lambda=0", "algorithm.entropy_source=actor"),
+    "egpo_actor": ("algorithm.adv_estimator=egpo", "algorithm.entropy_source=actor"),
+    "egpo_rollout": ("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout"),
+    "egpo_rollout_bypass": ("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout",
+                            "algorithm.rollout_correction.bypass_mode=true"),
+}
+METRICS_FILE = "metrics.jsonl"
+
+
+def seed_overrides(seed: int) -> tuple[str, ...]:
+    return (f"actor_rollout_ref.rollout.custom.seed={seed}",
+            f"++actor_rollout_ref.rollout.engine_kwargs.sglang.random_seed={seed}",
+            f"++data.seed={seed}")
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm}__seed{seed}"
+
+
+def compose(config_path: str, config_name: str, overrides: list[str]):
+    """The composed config (validates the overrides before any run starts)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def run_one(out: Path, config_path: str, config_name: str, arm: str, seed: int, steps: int,
+            overrides: list[str], demo: Path | None, timeout: int) -> dict:
+    work = out / run_name(arm, seed)
+    work.mkdir(parents=True, exist_ok=True)
+    args = [*ARMS[arm], *seed_overrides(seed), f"trainer.total_training_steps={steps}", "trainer.logger=[console,file]",
+            f"trainer.experiment_name={run_name(arm, seed)}", f"trainer.default_local_dir={work / 'checkpoints'}",
+            "trainer.save_freq=-1", *([f"egpo_demo.out={demo}"] if demo else []), *overrides]
+    cmd = [sys.executable, "-m", "egpo.main", f"--config-path={Path(config_path).resolve()}",
+           f"--config-name={config_name}", *args]
+    (work / "run.json").write_text(json.dumps({"arm": arm, "seed": seed, "steps": steps, "command": cmd}, indent=1))
+    metrics = work / METRICS_FILE
+    metrics.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "VERL_FILE_LOGGER_PATH": str(metrics)}
+    start = time.time()
+    with open(work / "log.txt", "w") as log:
+        proc = subprocess.run(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+    result = {"returncode": proc.returncode, "seconds": round(time.time() - start, 1)}
+    if proc.returncode == 0:
+        (work / "done.json").write_text(json.dumps(result) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config-path", required=True)
+    parser.add_argument("--config-name", required=True)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--timeout", type=int, default=7200, help="seconds per run")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
+    args = parser.parse_args(argv)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    config = compose(args.config_path, args.config_name, list(args.overrides))
+    demo = None
+    if config.get("egpo_demo", None) is not None:
+        from egpo.demo.build import build
+
+        demo = build(args.out / "demo", seed=int(config.egpo_demo.get("seed", 0)),
+                     warm=bool(config.egpo_demo.get("warm", False))).resolve()
+    runs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+    failed = []
+    for i, (arm, seed) in enumerate(runs, 1):
+        name = run_name(arm, seed)
+        if (args.out / name / "done.json").exists():
+            print(f"[ablation] {i}/{len(runs)} {name}: done before, skipped", flush=True)
+            continue
+        print(f"[ablation] {i}/{len(runs)} {name}: running {args.steps} steps ...", flush=True)
+        result = run_one(args.out, args.config_path, args.config_name, arm, seed, args.steps, list(args.overrides),
+                         demo, args.timeout)
+        status = "done" if result["returncode"] == 0 else f"FAILED (rc {result['returncode']}, see {name}/log.txt)"
+        print(f"[ablation] {i}/{len(runs)} {name}: {status} in {result['seconds']} s", flush=True)
+        if result["returncode"] != 0:
+            failed.append(name)
+    if failed:
+        raise SystemExit(f"[ablation] {len(failed)} run(s) failed: {', '.join(failed)}; rerun the same command to retry them")
+    print(f"[ablation] all {len(runs)} runs done; report: python -m egpo.report {args.out}")
+
+
+if __name__ == "__main__":
+    main()

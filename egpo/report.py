@@ -1,0 +1,185 @@
+"""Turns an ablation directory into ``report.md`` with tables and PNG plots.
+
+    python -m egpo.report DIR [--steps 10 30] [--window 5] [--baseline grpo]
+
+Reads every ``*.jsonl`` under DIR written by verl's file logger (``trainer.logger=[console,file]``: one
+``{"step": n, "data": {metric: value}}`` line per step), from ``python -m egpo.ablation`` or from GPU runs. A run's
+arm and seed come from a ``run.json`` beside its file, else from a file or folder name ``<arm>__seed<k>``, else the
+file's name is the arm and the seed is 0. A step's value is the mean over the ``window`` steps ending there.
+
+Tables: per arm at each chosen step, mean and spread (standard deviation, min, max) over seeds; the paired
+per-seed difference of each arm from the baseline arm (mean, standard deviation, seeds where it is positive).
+Plots: one PNG per metric, the mean over seeds per arm with the min-max band. Needs matplotlib
+(``pip install -e '.[report]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+METRICS = {
+    "egpo/cot_entropy_mean": "CoT entropy (nats/token)",
+    "actor/entropy": "actor entropy (nats/token)",
+    "critic/score/mean": "reward",
+    "egpo/think_closed_frac": "closed-thought fraction",
+    "egpo/bonus_active_frac": "bonus-active fraction",
+    "egpo/clipped_frac": "clipped fraction",
+    "egpo/entropy_rollout_vs_actor/max_abs_diff": "rollout vs actor entropy, max abs diff",
+}
+NAME = re.compile(r"^(?P<arm>.+)__seed(?P<seed>\d+)$")
+
+Series = dict[int, dict[str, float]]  # step -> metrics
+
+
+def read_metrics(path: Path) -> Series:
+    steps: Series = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            values = {k: float(v) for k, v in record["data"].items() if isinstance(v, (int, float))}
+            steps.setdefault(int(record["step"]), {}).update(values)
+    return steps
+
+
+def identify(path: Path) -> tuple[str, int]:
+    meta = path.parent / "run.json"
+    if meta.exists():
+        info = json.loads(meta.read_text())
+        return info["arm"], int(info["seed"])
+    for name in (path.stem, path.parent.name):
+        match = NAME.match(name)
+        if match:
+            return match["arm"], int(match["seed"])
+    return path.stem, 0
+
+
+def load_runs(root: Path) -> dict[str, dict[int, Series]]:
+    """arm -> seed -> step -> metrics."""
+    runs: dict[str, dict[int, Series]] = defaultdict(dict)
+    for path in sorted(root.rglob("*.jsonl")):
+        series = read_metrics(path)
+        if series:
+            arm, seed = identify(path)
+            runs[arm][seed] = series
+    if not runs:
+        raise SystemExit(f"no metrics (*.jsonl from verl's file logger) under {root}")
+    return dict(runs)
+
+
+def at_step(series: Series, metric: str, step: int, window: int) -> float | None:
+    values = [series[s][metric] for s in range(step - window + 1, step + 1)
+              if s in series and metric in series[s] and math.isfinite(series[s][metric])]
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def summary_table(runs, metric: str, steps: list[int], window: int) -> list[str]:
+    lines = ["| arm | step | seeds | mean | std | min | max |", "|---|---|---|---|---|---|---|"]
+    for arm, seeds in runs.items():
+        for step in steps:
+            values = [v for v in (at_step(s, metric, step, window) for s in seeds.values()) if v is not None]
+            if not values:
+                continue
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            lines.append(f"| {arm} | {step} | {len(values)} | {_fmt(statistics.mean(values))} | {_fmt(std)} | "
+                         f"{_fmt(min(values))} | {_fmt(max(values))} |")
+    return lines
+
+
+def paired_table(runs, metric: str, steps: list[int], window: int, baseline: str) -> list[str]:
+    lines = [f"| arm - {baseline} | step | paired seeds | mean diff | std | seeds > 0 |", "|---|---|---|---|---|---|"]
+    base = runs.get(baseline, {})
+    for arm, seeds in runs.items():
+        if arm == baseline:
+            continue
+        for step in steps:
+            diffs = []
+            for seed, series in seeds.items():
+                a, b = at_step(series, metric, step, window), at_step(base.get(seed, {}), metric, step, window)
+                if a is not None and b is not None:
+                    diffs.append(a - b)
+            if not diffs:
+                continue
+            std = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            lines.append(f"| {arm} | {step} | {len(diffs)} | {_fmt(statistics.mean(diffs))} | {_fmt(std)} | "
+                         f"{sum(d > 0 for d in diffs)}/{len(diffs)} |")
+    return lines
+
+
+def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    drawn = False
+    for arm, seeds in runs.items():
+        steps = sorted({s for series in seeds.values() for s in series})
+        xs, mean, low, high = [], [], [], []
+        for step in steps:
+            values = [v for v in (at_step(s, metric, step, window) for s in seeds.values()) if v is not None]
+            if values:
+                xs.append(step)
+                mean.append(statistics.mean(values))
+                low.append(min(values))
+                high.append(max(values))
+        if xs:
+            ax.plot(xs, mean, label=f"{arm} ({len(seeds)} seeds)")
+            ax.fill_between(xs, low, high, alpha=0.15)
+            drawn = True
+    if drawn:
+        ax.set_xlabel("step")
+        ax.set_ylabel(title)
+        ax.set_title(f"{title} (mean over seeds, min-max band; {window}-step window)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
+def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo") -> Path:
+    runs = load_runs(root)
+    last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
+    steps = steps or sorted({max(1, last // 2), last})
+    lines = [f"# EGPO ablation report: {root}", "",
+             f"Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
+             f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
+    for metric, title in METRICS.items():
+        if not any(metric in m for seeds in runs.values() for series in seeds.values() for m in series.values()):
+            continue
+        lines += [f"## {title} (`{metric}`)", ""]
+        png = root / f"{metric.replace('/', '_')}.png"
+        if plot(runs, metric, title, png, window):
+            lines += [f"![{title}]({png.name})", ""]
+        lines += summary_table(runs, metric, steps, window) + [""]
+        if baseline in runs and len(runs) > 1:
+            lines += [f"Paired per-seed differences from `{baseline}`:", ""]
+            lines += paired_table(runs, metric, steps, window, baseline) + [""]
+    report = root / "report.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--steps", type=int, nargs="+", default=None, help="steps to tabulate (default: middle, last)")
+    parser.add_argument("--window", type=int, default=5)
+    parser.add_argument("--baseline", default="grpo")
+    args = parser.parse_args(argv)
+    print(f"report: {write_report(args.dir, args.steps, args.window, args.baseline)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The ablation runner (real trainer runs) and the report (tables and plots from verl's file-logger metrics)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from egpo.report import load_runs, write_report
+from test_recipes import RECIPES
+
+
+def write_run(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in rows))
+
+
+def test_report_tables_from_hand_made_runs(tmp_path):
+    """Three seeds of two arms, GPU-style files (no run.json): names carry arm and seed."""
+    for seed, (g, e) in enumerate([(1.0, 1.5), (2.0, 2.0), (3.0, 4.5)]):
+        write_run(tmp_path / f"grpo__seed{seed}.jsonl", [(1, {"egpo/cot_entropy_mean": g, "critic/score/mean": 0.1}),
+                                                         (2, {"egpo/cot_entropy_mean": g + 1, "critic/score/mean": 0.2})])
+        write_run(tmp_path / "sub" / f"egpo_actor__seed{seed}" / "metrics.jsonl",
+                  [(1, {"egpo/cot_entropy_mean": e}), (2, {"egpo/cot_entropy_mean": e + 1})])
+    runs = load_runs(tmp_path)
+    assert set(runs) == {"grpo", "egpo_actor"} and set(runs["grpo"]) == {0, 1, 2}
+    report = write_report(tmp_path, steps=[2], window=1).read_text()
+    # grpo at step 2: 2, 3, 4 -> mean 3, std 1; egpo_actor: 2.5, 3, 5.5 -> mean 3.667
+    assert "| grpo | 2 | 3 | 3 | 1 | 2 | 4 |" in report
+    assert "| egpo_actor | 2 | 3 | 3.667 |" in report
+    # paired: +0.5, 0, +1.5 -> mean 0.6667, positive in 2 of 3 seeds
+    assert "| egpo_actor | 2 | 3 | 0.6667 | 0.7638 | 2/3 |" in report
+    assert (tmp_path / "egpo_cot_entropy_mean.png").stat().st_size > 1000
+    # a 2-step window averages steps 1 and 2
+    assert "| grpo | 2 | 3 | 2.5 |" in write_report(tmp_path, steps=[2], window=2).read_text()
+
+
+@pytest.mark.e2e
+def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
+    out = tmp_path / "ablation"
+    cmd = [sys.executable, "-m", "egpo.ablation", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
+           "--arms", "grpo", "egpo_rollout", "--seeds", "0", "--steps", "2", "--out", str(out),
+           "actor_rollout_ref.rollout.n=8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[ablation] 1/2 grpo__seed0: done" in proc.stdout and "[ablation] 2/2 egpo_rollout__seed0: done" in proc.stdout
+    for name in ("grpo__seed0", "egpo_rollout__seed0"):
+        lines = (out / name / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == [1, 2]
+        assert (out / name / "done.json").exists()
+    grpo_step2 = json.loads((out / "grpo__seed0" / "metrics.jsonl").read_text().splitlines()[1])["data"]
+    rollout_step2 = json.loads((out / "egpo_rollout__seed0" / "metrics.jsonl").read_text().splitlines()[1])["data"]
+    assert grpo_step2["egpo/entropy_source_is_rollout"] == 0 and rollout_step2["egpo/entropy_source_is_rollout"] == 1
+
+    # finished runs are skipped
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 2
+
+    report = subprocess.run([sys.executable, "-m", "egpo.report", str(out), "--window", "1"], capture_output=True,
+                            text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    text = (out / "report.md").read_text()
+    value = grpo_step2["egpo/cot_entropy_mean"]
+    assert f"| grpo | 2 | 1 | {value:.4g} |" in text  # the run's own number
+    assert "| arm - grpo |" in text and "| egpo_rollout | 2 | 1 |" in text  # the paired table
+    for png in ("egpo_cot_entropy_mean.png", "critic_score_mean.png", "actor_entropy.png"):
+        assert (out / png).stat().st_size > 1000
