@@ -14,7 +14,7 @@ from verl.trainer import main_ppo
 import egpo  # noqa: F401  (registers the estimator in the driver)
 from egpo.trainer.config import EgpoSettings, resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
-from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path
+from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path, select_agent_loop_manager
 
 
 def build_demo_if_missing(config: DictConfig) -> None:
@@ -49,6 +49,7 @@ def prepare_config(config: DictConfig) -> DictConfig:
     pass_probe_settings_to_workers(config)
     auto_set_device(config)
     check_cpu_backend(config)
+    select_agent_loop_manager(config, settings)
     check_rollout_entropy_path(config, settings)
     config = migrate_legacy_reward_impl(config)
     if settings.enabled:

@@ -13,7 +13,9 @@ from egpo.trainer.config import lookup_think_token_ids
 @pytest.mark.parametrize(
     "text, score",
     [("6+6 is 12</think>12", 1.0), ("6+6</think>2", 0.5), ("hmm</think> 12 done", 1.0), ("</think>13", 0.5), ("</think>", 0.5),
-     ("no close 12", 0.0), ("a</think>b</think>12", 1.0), ("a</think>12</think>b", 0.5)],
+     ("no close 12", 0.0), ("</think>123", 0.5), ("</think>\n12\n", 1.0),
+     # the span rules: a response that closes its thought twice gets nothing
+     ("a</think>b</think>12", 0.0), ("a</think>12</think>b", 0.0)],
 )
 def test_reward(text, score):
     assert compute_score(DATA_SOURCE, text, "12") == score
@@ -34,3 +36,27 @@ def test_build_is_complete_and_idempotent(tmp_path):
     train = pd.read_parquet(out / "data" / "train.parquet")
     assert set(train.columns) >= {"data_source", "prompt", "reward_model", "extra_info"}
     assert train.reward_model.map(lambda r: r["ground_truth"]).nunique() > 5
+
+
+def test_warm_start_is_seeded_and_lands_in_the_regime_of_thinking_models(tmp_path):
+    from safetensors.torch import load_file
+
+    from egpo.demo.build import build_model
+    from egpo.demo.warm import fine_tune
+
+    def tuned(name, seed):
+        path = build_model(tmp_path / name, seed=0)
+        fine_tune(path, seed=seed, steps=15)
+        return load_file(path / "model.safetensors")
+
+    a, b, c = tuned("a", 1), tuned("b", 1), tuned("c", 2)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # same seed, same weights
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+    stats = build(tmp_path / "warm", warm=True, seed=0) / "model" / "warm_stats.json"
+    import json
+
+    measured = json.loads(stats.read_text())
+    assert 0.1 <= measured["cot_entropy_mean"] <= 1.5, measured  # real thinking models: well under 1 nat a token
+    assert 0.2 <= measured["accuracy"] <= 0.6, measured  # solves a real but partial share
+    assert measured["think_closed"] > 0.9, measured

@@ -6,7 +6,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from egpo.trainer.config import EgpoConfigError, EgpoSettings
-from egpo.trainer.startup_checks import SGLANG_CPU_ENGINE, check_cpu_backend, check_rollout_entropy_path
+from egpo.trainer.startup_checks import (
+    MANAGER_KEY,
+    SGLANG_CPU_ENGINE,
+    check_cpu_backend,
+    check_rollout_entropy_path,
+    select_agent_loop_manager,
+)
 from test_recipes import RECIPES
 
 STOCK_MANAGER = "verl.experimental.agent_loop.AgentLoopManager"
@@ -18,8 +24,11 @@ def smoke(*overrides):
 
 
 def checks(cfg):
+    """What egpo.main runs before Ray starts, in its order."""
+    settings = EgpoSettings.from_algorithm(cfg.algorithm)
     check_cpu_backend(cfg)
-    check_rollout_entropy_path(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+    select_agent_loop_manager(cfg, settings)
+    check_rollout_entropy_path(cfg, settings)
 
 
 @pytest.mark.parametrize("source", ["actor", "rollout"])
@@ -29,17 +38,17 @@ def test_cpu_smoke_recipe_passes(source):
 
 def test_rollout_entropy_without_egpos_manager_is_refused_with_the_fix():
     cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
-                f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}")
+                f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}")
     with pytest.raises(EgpoConfigError, match="agent_loop_manager_class=egpo.rollout.agent_loop.EntropyAgentLoopManager"):
         checks(cfg)
     # actor entropy does not need it
     checks(smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
-                 f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
+                 f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
 
 
 def test_hf_rollout_needs_egpos_manager_and_the_cpu():
-    with pytest.raises(EgpoConfigError, match="needs actor_rollout_ref.rollout.agent.agent_loop_manager_class"):
-        checks(smoke(f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
+    with pytest.raises(EgpoConfigError, match=r"needs \+\+actor_rollout_ref.rollout.agent.agent_loop_manager_class"):
+        checks(smoke(f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
     with pytest.raises(EgpoConfigError, match="set trainer.device=cpu"):
         checks(smoke("trainer.device=cuda"))
 
@@ -138,3 +147,48 @@ def test_a_misspelled_key_stops_the_main_job_before_ray(tmp_path):
     assert "did you mean algorithm.egpo_lambda?" in proc.stderr + proc.stdout
     assert "ray init kwargs" not in proc.stdout + proc.stderr  # verl prints it just before ray.init
     assert not (tmp_path / "demo").exists()  # refused before anything was built
+
+
+def flat(node: dict, prefix: str = "") -> dict:
+    """Nested dict -> {"a.b.c": leaf}."""
+    out = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        out.update(flat(value, path + ".") if isinstance(value, dict) and value else {path: value})
+    return out
+
+
+EGPO_OWN = ("algorithm.entropy_source", "algorithm.egpo_lambda", "algorithm.egpo_alpha", "algorithm.cot_start_token_id",
+            "algorithm.cot_end_token_id", "actor_rollout_ref.rollout.custom", "egpo.")
+
+
+@pytest.mark.parametrize("rollout", ["sglang", "vllm"])
+def test_grpo_through_egpo_is_verls_run(rollout):
+    """Same overrides through verl's ppo_trainer and egpo's trainer config: the same config apart from egpo's keys,
+    and after egpo's start-up selection verl's own agent-loop manager (no egpo replica, order or tool loop)."""
+    from hydra import initialize_config_module
+    from omegaconf import OmegaConf
+
+    overrides = ["algorithm.adv_estimator=grpo", f"actor_rollout_ref.rollout.name={rollout}",
+                 "actor_rollout_ref.model.path=/models/Qwen3-1.7B", "actor_rollout_ref.rollout.n=8"]
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        verl_cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    with initialize_config_module("egpo.config", version_base=None):
+        egpo_cfg = compose(config_name="egpo_trainer", overrides=overrides)
+    checks(egpo_cfg)
+    assert OmegaConf.select(egpo_cfg, MANAGER_KEY, default=None) is None
+    ours = {k: v for k, v in flat(OmegaConf.to_container(egpo_cfg)).items() if not k.startswith(EGPO_OWN)}
+    theirs = {k: v for k, v in flat(OmegaConf.to_container(verl_cfg)).items() if not k.startswith(EGPO_OWN)}
+    assert ours == theirs, {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+
+
+def test_egpo_and_the_hf_rollout_select_egpos_manager():
+    from omegaconf import OmegaConf
+
+    from egpo.rollout.agent_loop import MANAGER_PATH
+
+    for overrides in (("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda"),  # egpo estimator
+                      ("algorithm.adv_estimator=grpo",)):  # GRPO on the CPU's hf rollout
+        cfg = smoke(*overrides)
+        checks(cfg)
+        assert OmegaConf.select(cfg, MANAGER_KEY) == MANAGER_PATH

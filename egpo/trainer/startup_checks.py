@@ -24,6 +24,25 @@ def _load(path: str):
     return load_class_from_fqn(path, "AgentLoopManager")
 
 
+def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> None:
+    """egpo's agent-loop manager where egpo needs it, verl's own path everywhere else.
+
+    With ``adv_estimator=egpo`` (the rollout's entropy into the batch, sglang's entropy server, the tool loop's
+    per-turn entropy) or ``rollout.name=hf`` (egpo's CPU rollout), an unset manager becomes egpo's. Any other run
+    (GRPO, PPO, ...) keeps verl's manager, replicas, sample order and agent loops. A manager set explicitly is kept
+    (and checked by :func:`check_rollout_entropy_path`).
+    """
+    from omegaconf import open_dict
+
+    from egpo.rollout.agent_loop import MANAGER_PATH
+
+    if OmegaConf.select(config, MANAGER_KEY, default=None):
+        return
+    if settings.enabled or _rollout_name(config) == "hf":
+        with open_dict(config):
+            OmegaConf.update(config, MANAGER_KEY, MANAGER_PATH, force_add=True)
+
+
 ENTROPY_ROLLOUTS = ("hf", "sglang")  # the rollout engines egpo makes return per-token entropy
 
 
@@ -55,11 +74,14 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
     if wants_rollout_entropy:
         raise EgpoConfigError(
             f"algorithm.entropy_source=rollout, but {MANAGER_KEY}={manager_path!r} does not put the rollout's entropy "
-            f"into the batch. Set {MANAGER_KEY}={MANAGER_PATH} (egpo's trainer config does by default) or use "
+            f"into the batch. Set ++{MANAGER_KEY}={MANAGER_PATH} (or leave it unset: egpo.main selects it) or use "
             "algorithm.entropy_source=actor."
         )
     if _rollout_name(config) == "hf":
-        raise EgpoConfigError(f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs {MANAGER_KEY}={MANAGER_PATH}")
+        raise EgpoConfigError(
+            f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs ++{MANAGER_KEY}={MANAGER_PATH} "
+            "(or leave it unset: egpo.main selects it)"
+        )
 
 
 SGLANG_CPU_ENGINE = {"device": "cpu", "attention_backend": "torch_native", "enable_memory_saver": False}
