@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer import main_ppo
 
 import egpo  # noqa: F401  (registers the estimator in the driver)
-from egpo.trainer.config import EgpoSettings, resolve_think_token_ids
+from egpo.settings import EgpoSettings
+from egpo.trainer.config import resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
 from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path, select_agent_loop_manager
 

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module
 from egpo.demo.build import build_model
 from egpo.rollout.hf.sampling import resolve_sampling
 from egpo.rollout.hf.server import HFRolloutServer
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 from test_hf_generate import recompute
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from egpo.trainer.config import EgpoSettings
+from egpo.settings import EgpoSettings
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 

@@ -16,7 +16,7 @@ from egpo.rollout.agent_loop import (
     canonical_sample_order,
     check_manager_extension_points,
 )
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 
 P, R = 4, 6  # prompt_length, response_length
 

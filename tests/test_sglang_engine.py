@@ -149,7 +149,7 @@ class TestDefaultOptions:
     def test_verls_server_generate_on_the_real_tokenizer_manager(self, engine, ref_model):
         """EntropySGLangHttpServer.generate (verl's generate underneath): 12 concurrent requests, then no state."""
         from egpo.rollout.sglang.server import EntropySGLangHttpServer, capture_entropy
-        from egpo.trainer.keys import ROLLOUT_ENTROPY
+        from egpo.keys import ROLLOUT_ENTROPY
 
         server = object.__new__(EntropySGLangHttpServer)
         server.tokenizer_manager = engine.tokenizer_manager

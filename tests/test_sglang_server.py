@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()

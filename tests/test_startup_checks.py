@@ -5,7 +5,7 @@ import re
 import pytest
 from hydra import compose, initialize_config_dir
 
-from egpo.trainer.config import EgpoConfigError, EgpoSettings
+from egpo.settings import EgpoConfigError, EgpoSettings
 from egpo.trainer.startup_checks import (
     MANAGER_KEY,
     SGLANG_CPU_ENGINE,

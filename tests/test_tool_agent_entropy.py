@@ -13,7 +13,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from egpo.demo.build import build_model
 from egpo.rollout.tool_agent_loop import EntropyToolAgentLoop, lay_entropy_on_mask
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 
 
 class TryAgainInteraction(BaseInteraction):

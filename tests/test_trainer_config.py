@@ -9,13 +9,8 @@ import yaml
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from egpo.trainer.config import (
-    EgpoConfigError,
-    EgpoSettings,
-    lookup_think_token_ids,
-    resolve_think_token_ids,
-    warn_on_temperature_mismatch,
-)
+from egpo.settings import EgpoConfigError, EgpoSettings
+from egpo.trainer.config import lookup_think_token_ids, resolve_think_token_ids, warn_on_temperature_mismatch
 
 
 def composed(*overrides):

@@ -13,8 +13,8 @@ from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.trainer import advantage_step
-from egpo.trainer.config import EgpoSettings
-from egpo.trainer.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS
+from egpo.settings import EgpoSettings
+from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS
 from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
 
 S, E = 3, 4

@@ -20,8 +20,8 @@ import ray
 import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 
-from egpo.trainer.config import EgpoSettings
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.settings import EgpoSettings
+from egpo.keys import ROLLOUT_ENTROPY
 
 MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
 

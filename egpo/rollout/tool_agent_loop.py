@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 
 
 class EntropyRecordingServerManager:

@@ -13,7 +13,7 @@ import difflib
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.trainer.config import EgpoConfigError
+from egpo.settings import EgpoConfigError
 
 EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "cot_start_token_id", "cot_end_token_id")
 EGPO_KEYS = ("probe",)

@@ -17,8 +17,9 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from egpo.trainer import advantage_step
-from egpo.trainer.config import EgpoSettings, warn_on_temperature_mismatch
-from egpo.trainer.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
+from egpo.settings import EgpoSettings
+from egpo.trainer.config import warn_on_temperature_mismatch
+from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
 from egpo.trainer.metrics import entropy_agreement, format_step_summary
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.trainer.config import EgpoConfigError, EgpoSettings
+from egpo.settings import EgpoConfigError, EgpoSettings
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 

@@ -29,7 +29,7 @@ from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.hf.generate import generate_batch
 from egpo.rollout.hf.sampling import HFSampling, resolve_sampling
 from egpo.rollout.hf.seeded_sampling import request_seed
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpSe
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.limits import refuse_unsupported_settings
 from egpo.rollout.sglang.tokenizer_patches import META_KEY, apply_tokenizer_patches
-from egpo.trainer.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY
 
 
 class EntropySGLangHttpServer(SGLangHttpServer):
