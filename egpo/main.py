@@ -34,7 +34,13 @@ def pass_probe_settings_to_workers(config: DictConfig) -> None:
     from egpo.probe.settings import WORKER_KEY, ProbeSettings
 
     node = OmegaConf.select(config, "egpo.probe", default=None)
-    ProbeSettings.from_config(node)
+    if ProbeSettings.from_config(node).enable and config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
+        from egpo.settings import EgpoConfigError
+
+        raise EgpoConfigError(
+            "egpo.probe.enable=true hooks verl's FSDP actor, but actor_rollout_ref.actor.strategy=megatron; set "
+            "egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
+        )
     with open_dict(config.actor_rollout_ref):
         config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}
 

@@ -192,3 +192,63 @@ def test_egpo_and_the_hf_rollout_select_egpos_manager():
         cfg = smoke(*overrides)
         checks(cfg)
         assert OmegaConf.select(cfg, MANAGER_KEY) == MANAGER_PATH
+
+
+def megatron(*overrides):
+    from hydra import initialize_config_module
+
+    with initialize_config_module("egpo.config", version_base=None):
+        return compose(config_name="egpo_megatron_trainer", overrides=["algorithm.adv_estimator=egpo", *overrides])
+
+
+def test_megatron_config_composes_with_egpos_keys_and_checks():
+    import subprocess
+    import sys
+
+    from egpo.trainer.key_check import check_unknown_keys
+
+    cfg = megatron("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=sglang")
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron"
+    check_unknown_keys(cfg)
+    checks(cfg)  # egpo's manager selected, sglang's limits checked
+    proc = subprocess.run([sys.executable, "-m", "egpo.main", "--config-name=egpo_megatron_trainer", "--cfg", "job",
+                           "algorithm.adv_estimator=egpo", "algorithm.egpo_lambda=0.3"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "egpo_lambda: 0.3" in proc.stdout and "strategy: megatron" in proc.stdout
+
+
+def test_the_probe_is_refused_on_megatron():
+    from egpo.main import pass_probe_settings_to_workers
+
+    with pytest.raises(EgpoConfigError, match="egpo.probe.enable=false"):
+        pass_probe_settings_to_workers(megatron("egpo.probe.enable=true"))
+    pass_probe_settings_to_workers(megatron())
+
+
+USER_CONFIG = __import__("pathlib").Path(__file__).resolve().parent / "data" / "user_config"
+EGPO_ON_ANY_CONFIG = ("algorithm.adv_estimator=egpo", "++algorithm.entropy_source=rollout", "++algorithm.egpo_lambda=0.4")
+
+
+def test_a_users_multi_turn_config_gets_egpo_by_overrides():
+    """README's overrides on a config egpo has never seen: composes, passes every check, selects egpo's manager
+    (whose worker maps verl's tool_agent loop to egpo's per-turn entropy loop)."""
+    import subprocess
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from egpo.rollout.agent_loop import MANAGER_PATH
+    from egpo.trainer.key_check import check_unknown_keys
+
+    with initialize_config_dir(config_dir=str(USER_CONFIG), version_base=None):
+        cfg = compose(config_name="multiturn_grpo", overrides=list(EGPO_ON_ANY_CONFIG))
+    check_unknown_keys(cfg)
+    checks(cfg)
+    assert OmegaConf.select(cfg, MANAGER_KEY) == MANAGER_PATH
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent"
+    proc = subprocess.run([sys.executable, "-m", "egpo.main", f"--config-path={USER_CONFIG}",
+                           "--config-name=multiturn_grpo", "--cfg", "job", *EGPO_ON_ANY_CONFIG],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "adv_estimator: egpo" in proc.stdout and "entropy_source: rollout" in proc.stdout
