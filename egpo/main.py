@@ -39,7 +39,7 @@ def pass_probe_settings_to_workers(config: DictConfig) -> None:
 
         raise EgpoConfigError(
             "egpo.probe.enable=true hooks verl's FSDP actor, but actor_rollout_ref.actor.strategy=megatron; set "
-            "egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
+            "++egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
         )
     with open_dict(config.actor_rollout_ref):
         config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}

@@ -74,7 +74,7 @@ class EgpoSettings:
             raise EgpoConfigError(
                 "algorithm.entropy_source=actor needs the actor's old-log-prob recompute, which "
                 "algorithm.rollout_correction.bypass_mode=true skips (the point of bypass mode is to avoid that "
-                "forward pass). Use algorithm.entropy_source=rollout (free, from the rollout engine) or set "
+                "forward pass). Use ++algorithm.entropy_source=rollout (free, from the rollout engine) or set "
                 "algorithm.rollout_correction.bypass_mode=false."
             )
         return settings

@@ -28,7 +28,7 @@ def lookup_think_token_ids(tokenizer) -> tuple[int, int]:
             raise EgpoConfigError(
                 f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no {token!r} "
                 "token, so EGPO cannot find the chain-of-thought span. Use a thinking model's tokenizer (Qwen3: "
-                "151667/151668) or set algorithm.cot_start_token_id and algorithm.cot_end_token_id explicitly."
+                "151667/151668) or set both ids explicitly: ++algorithm.cot_start_token_id=ID ++algorithm.cot_end_token_id=ID."
             )
         ids.append(vocab[token])
     return ids[0], ids[1]
@@ -63,7 +63,7 @@ def warn_on_temperature_mismatch(config: DictConfig, settings: EgpoSettings) -> 
         message = (
             f"rollout temperature is {temperature}: the rollout entropy is taken on raw logits while the actor's "
             "entropy is taken on temperature-scaled logits, so egpo/entropy_rollout_vs_actor/* compares two different "
-            "distributions. For the ablation set actor_rollout_ref.rollout.custom.entropy.temperature_scaled=true "
+            "distributions. For the ablation set ++actor_rollout_ref.rollout.custom.entropy.temperature_scaled=true "
             "or sample at temperature 1.0."
         )
         logger.warning(message)

@@ -58,7 +58,7 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
         raise EgpoConfigError(
             f"algorithm.entropy_source=rollout, but actor_rollout_ref.rollout.name={name} returns no per-token "
             "entropy (egpo makes sglang return it on a GPU, and its hf server on a CPU). Use "
-            "actor_rollout_ref.rollout.name=sglang, or algorithm.entropy_source=actor."
+            "actor_rollout_ref.rollout.name=sglang, or ++algorithm.entropy_source=actor."
         )
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
     uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)
@@ -75,7 +75,7 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
         raise EgpoConfigError(
             f"algorithm.entropy_source=rollout, but {MANAGER_KEY}={manager_path!r} does not put the rollout's entropy "
             f"into the batch. Set ++{MANAGER_KEY}={MANAGER_PATH} (or leave it unset: egpo.main selects it) or use "
-            "algorithm.entropy_source=actor."
+            "++algorithm.entropy_source=actor."
         )
     if _rollout_name(config) == "hf":
         raise EgpoConfigError(
