@@ -30,6 +30,8 @@ METRICS = {
     "egpo/think_closed_frac": "closed-thought fraction",
     "egpo/bonus_active_frac": "bonus-active fraction",
     "egpo/clipped_frac": "clipped fraction",
+    "egpo/equal_reward_group_frac": "equal-reward group fraction",
+    "egpo/cot_tokens_mean": "CoT length (tokens)",
     "egpo/entropy_rollout_vs_actor/max_abs_diff": "rollout vs actor entropy, max abs diff",
 }
 NAME = re.compile(r"^(?P<arm>.+)__seed(?P<seed>\d+)$")
@@ -140,7 +142,7 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
     if drawn:
         ax.set_xlabel("step")
         ax.set_ylabel(title)
-        ax.set_title(f"{title} (mean over seeds, min-max band; {window}-step window)")
+        ax.set_title(f"{title}\nmean over seeds, min-max band, {window}-step window", fontsize=10)
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out, dpi=100)
