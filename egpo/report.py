@@ -80,6 +80,15 @@ def at_step(series: Series, metric: str, step: int, window: int) -> float | None
     return sum(values) / len(values) if values else None
 
 
+def seed_values(seeds: dict[int, Series], metric: str, step: int, window: int) -> list[float]:
+    """One arm's value at ``step`` for every seed that has one."""
+    return [v for v in (at_step(s, metric, step, window) for s in seeds.values()) if v is not None]
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
@@ -88,11 +97,11 @@ def summary_table(runs, metric: str, steps: list[int], window: int) -> list[str]
     lines = ["| arm | step | seeds | mean | std | min | max |", "|---|---|---|---|---|---|---|"]
     for arm, seeds in runs.items():
         for step in steps:
-            values = [v for v in (at_step(s, metric, step, window) for s in seeds.values()) if v is not None]
+            values = seed_values(seeds, metric, step, window)
             if not values:
                 continue
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
-            lines.append(f"| {arm} | {step} | {len(values)} | {_fmt(statistics.mean(values))} | {_fmt(std)} | "
+            mean, std = mean_std(values)
+            lines.append(f"| {arm} | {step} | {len(values)} | {_fmt(mean)} | {_fmt(std)} | "
                          f"{_fmt(min(values))} | {_fmt(max(values))} |")
     return lines
 
@@ -111,8 +120,8 @@ def paired_table(runs, metric: str, steps: list[int], window: int, baseline: str
                     diffs.append(a - b)
             if not diffs:
                 continue
-            std = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
-            lines.append(f"| {arm} | {step} | {len(diffs)} | {_fmt(statistics.mean(diffs))} | {_fmt(std)} | "
+            mean, std = mean_std(diffs)
+            lines.append(f"| {arm} | {step} | {len(diffs)} | {_fmt(mean)} | {_fmt(std)} | "
                          f"{sum(d > 0 for d in diffs)}/{len(diffs)} |")
     return lines
 
@@ -129,7 +138,7 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
         steps = sorted({s for series in seeds.values() for s in series})
         xs, mean, low, high = [], [], [], []
         for step in steps:
-            values = [v for v in (at_step(s, metric, step, window) for s in seeds.values()) if v is not None]
+            values = seed_values(seeds, metric, step, window)
             if values:
                 xs.append(step)
                 mean.append(statistics.mean(values))

@@ -1,6 +1,7 @@
 """Start-up checks of the rollout-entropy path and of the CPU backend, on composed configs."""
 
 import re
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -226,7 +227,7 @@ def test_the_probe_is_refused_on_megatron():
     pass_probe_settings_to_workers(megatron())
 
 
-USER_CONFIG = __import__("pathlib").Path(__file__).resolve().parent / "data" / "user_config"
+USER_CONFIG = Path(__file__).resolve().parent / "data" / "user_config"
 EGPO_ON_ANY_CONFIG = ("algorithm.adv_estimator=egpo", "++algorithm.entropy_source=rollout", "++algorithm.egpo_lambda=0.4")
 
 
