@@ -146,3 +146,58 @@ def test_attribution_splits_the_fresh_part_by_prompt_pairs(setup):
     assert m["probe/attr_total"] == pytest.approx(m["probe/delta_h_pred_fresh"], rel=1e-3)
     assert m["probe/pred_cross_prompt"] == pytest.approx(m["probe/attr_cross_prompt"] * 4 / 3, rel=1e-9)
     assert all(math.isfinite(m[k]) for k in m if k.startswith("probe/"))
+
+
+def attribution_update(setup, **actor_changes):
+    """One on-policy probed update with attribution (groups of 4 rows) under the given actor settings."""
+    import dataclasses
+
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    path, actor_cfg = setup
+    actor_cfg = dataclasses.replace(actor_cfg, grad_clip=1e9, **actor_changes)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    actor = DataParallelPPOActor(config=actor_cfg, actor_module=model,
+                                 actor_optimizer=torch.optim.AdamW(model.parameters(), lr=1e-5))
+    ActorProbe(actor, ProbeSettings(enable=True, attribution=True), "cpu")
+    data = DataProto(batch=batch().clone(), meta_info={"temperature": 1.0, "pad_token_id": 0, "micro_batch_size": B,
+                                                       "use_dynamic_bsz": False})
+    data.non_tensor_batch["uid"] = np.array([f"p{i // 4}" for i in range(B)], dtype=object)
+    data.batch["old_log_probs"] = actor.compute_log_prob(data)["log_probs"]
+    return model, actor.update_policy(data)
+
+
+def test_probe_splits_by_token_budget_under_dynamic_batch_sizes(setup, monkeypatch):
+    """use_dynamic_bsz (every Qwen3 recipe): ppo_micro_batch_size_per_gpu is None; the probe splits by the token
+    budget as verl does. A budget of two sequences splits each 4-row prompt group in two; every probe figure and
+    the update equal those of the fixed split."""
+    from verl.utils import seqlen_balancing
+
+    calls = []
+    original = seqlen_balancing.prepare_dynamic_batch
+
+    def counting(data, max_token_len, **kwargs):
+        micro, idx = original(data, max_token_len=max_token_len, **kwargs)
+        calls.append((len(data), max_token_len, [len(m) for m in micro]))
+        return micro, idx
+
+    monkeypatch.setattr(seqlen_balancing, "prepare_dynamic_batch", counting)
+    fixed_model, fixed = attribution_update(setup)
+    dynamic_model, dynamic = attribution_update(setup, use_dynamic_bsz=True, ppo_micro_batch_size_per_gpu=None,
+                                                ppo_max_token_len_per_gpu=2 * (P + R))
+    # the probe's own passes went through the budget: whole batch (entropy before/after) and each 4-row group
+    probe_calls = [c for c in calls if c[1] == 2 * (P + R)]
+    assert (4, 2 * (P + R), [2, 2]) in probe_calls and any(c[0] == B and c[2] == [2, 2, 2, 2] for c in probe_calls)
+    # the same batch in other micro-batches: fp32 rounding only. The prediction goes through the AdamW step; the
+    # attribution also through the first step's preconditioner 1/(|g| + eps), which magnifies rounding where g ~ 0
+    tolerance = {"probe/entropy_before": 1e-6, "probe/delta_h_pred": 1e-3, "probe/delta_h_pred_fresh": 1e-3,
+                 "probe/attr_same_prompt": 1e-2, "probe/attr_cross_prompt": 1e-2, "probe/attr_total": 1e-2,
+                 "probe/pred_cross_fit": 1e-2}
+    for key, rel in tolerance.items():
+        assert math.isfinite(dynamic[key])
+        assert dynamic[key] == pytest.approx(fixed[key], rel=rel), key
+    # measured through fp32 weights whose update summed its micro-batches in another order: ~1e-8 of ~1e-6
+    assert dynamic["probe/delta_h_realised"] == pytest.approx(fixed["probe/delta_h_realised"], rel=5e-2)
+    for a, b in zip(fixed_model.state_dict().values(), dynamic_model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

@@ -18,6 +18,11 @@ step the first step's effective preconditioner P turns them into ``attr_same_pro
 and ``attr_total`` (= -U . P G, the fresh part as the on-policy gradient sees it), ``pred_cross_prompt``
 (cross pairs only, rescaled by B / (B - 1)) and ``pred_cross_fit`` (u from one half against the update from
 the other, both ways, x2): the estimates free of the same-batch bias.
+
+Every pass is split the way verl's update splits its mini-batches: by ``ppo_micro_batch_size_per_gpu``, or under
+``use_dynamic_bsz`` by the token budget ``ppo_max_token_len_per_gpu`` (verl's ``prepare_dynamic_batch``). A prompt
+group's gradients in attribution accumulate over such micro-batches, so a group of long responses never goes
+through one forward and backward whole.
 """
 
 from __future__ import annotations
@@ -70,44 +75,55 @@ class ActorProbe:
         return [local(p.grad).detach().double() * world if p.grad is not None
                 else torch.zeros_like(local(p), dtype=torch.float64) for p in self._params()]
 
+    def _micro_batches(self, data) -> list:
+        """``data`` split as verl's ``update_policy`` splits a mini-batch (rows, or a token budget)."""
+        config = self.actor.config
+        if config.use_dynamic_bsz:
+            from verl.utils.seqlen_balancing import prepare_dynamic_batch
+
+            budget = config.ppo_max_token_len_per_gpu * getattr(self.actor, "ulysses_sequence_parallel_size", 1)
+            return prepare_dynamic_batch(data, max_token_len=budget)[0]
+        return data.split(config.ppo_micro_batch_size_per_gpu)
+
+    def _forward(self, mb, meta_info) -> dict:
+        mb = mb.to(self.device)
+        inputs = {**mb.batch, **mb.non_tensor_batch, "pad_token_id": meta_info.get("pad_token_id", 0)}
+        return self.actor._forward_micro_batch(inputs, temperature=meta_info["temperature"], calculate_entropy=True)
+
     def _entropy_pass(self, data, with_grad: bool) -> torch.Tensor:
         """Token-mean entropy over the global batch; with_grad: its gradient accumulates into ``.grad``."""
-        actor = self.actor
         keys = [k for k in ENTROPY_KEYS if k in data.batch.keys()]
         data = data.select(batch_keys=keys)
-        local_tokens = data.batch["response_mask"].sum().double()
-        tokens = _all_reduce(local_tokens.clone().to(self.device)).cpu()
-        temperature = data.meta_info["temperature"]
-        pad = data.meta_info.get("pad_token_id", 0)
+        tokens = float(_all_reduce(data.batch["response_mask"].sum().double().to(self.device)).cpu())
         total = torch.zeros((), dtype=torch.float64)
-        actor.actor_module.train()
-        for mb in data.split(actor.config.ppo_micro_batch_size_per_gpu):
-            mb = mb.to(self.device)
-            inputs = {**mb.batch, **mb.non_tensor_batch, "pad_token_id": pad}
+        self.actor.actor_module.train()
+        for mb in self._micro_batches(data):
             with torch.set_grad_enabled(with_grad):
-                out = actor._forward_micro_batch(inputs, temperature=temperature, calculate_entropy=True)
+                out = self._forward(mb, data.meta_info)
                 # float64 reduction: the realised change of a small step is far below fp32's resolution of H
-                part = (out["entropys"].double() * mb.batch["response_mask"].double()).sum() / tokens.item()
+                mask = mb.batch["response_mask"].to(out["entropys"].device).double()
+                part = (out["entropys"].double() * mask).sum() / tokens
                 if with_grad:
                     part.backward()
             total += part.detach().double().cpu()
         return _all_reduce(total.to(self.device)).cpu()
 
     def _group_pass(self, data, rows, target: str, tokens: float) -> list:
-        """Local float64 gradient of one group's share of the entropy ("entropy") or of the loss ("loss")."""
-        actor = self.actor
+        """Local float64 gradient of one group's share of the entropy ("entropy") or of the loss ("loss"),
+        accumulated over the group's micro-batches."""
         sub = data.select_idxs(rows)
         keys = [k for k in (*ENTROPY_KEYS, "advantages") if k in sub.batch.keys()]
-        sub = sub.select(batch_keys=keys).to(self.device)
-        inputs = {**sub.batch, **sub.non_tensor_batch, "pad_token_id": data.meta_info.get("pad_token_id", 0)}
-        actor.actor_optimizer.zero_grad()
-        out = actor._forward_micro_batch(inputs, temperature=data.meta_info["temperature"], calculate_entropy=True)
-        mask = sub.batch["response_mask"].double()
-        if target == "entropy":
-            value = (out["entropys"].double() * mask).sum() / tokens
-        else:
-            value = -(sub.batch["advantages"].double() * out["log_probs"].double() * mask).sum() / tokens
-        value.backward()
+        sub = sub.select(batch_keys=keys)
+        self.actor.actor_optimizer.zero_grad()
+        for mb in self._micro_batches(sub):
+            out = self._forward(mb, data.meta_info)
+            batch = mb.batch.to(out["entropys"].device)
+            mask = batch["response_mask"].double()
+            if target == "entropy":
+                value = (out["entropys"].double() * mask).sum() / tokens
+            else:
+                value = -(batch["advantages"].double() * out["log_probs"].double() * mask).sum() / tokens
+            value.backward()
         return self._global_grads()
 
     def _attribution_pass(self, data) -> dict:
