@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from reference import E, S, egpo_ref
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, compute_grpo_outcome_advantage
 
-import egpo  # noqa: F401  (registers the estimator)
+import egpo
 from egpo.advantage import compute_egpo_advantage_with_diagnostics, compute_egpo_outcome_advantage
 from egpo.advantage.registry import EntropyNotSuppliedError, egpo_estimator
+
+egpo.register()
 
 
 def batch(seed, bs=12, length=16, group=4, think_frac=0.8):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from egpo.advantage.registry import register as register_estimator
 from egpo.trainer import advantage_step
 from egpo.settings import EgpoSettings
 from egpo.trainer.config import warn_on_temperature_mismatch
@@ -27,6 +28,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
         self.egpo = EgpoSettings.from_algorithm(config.algorithm)
+        register_estimator()
         advantage_step.install()
         warn_on_temperature_mismatch(config, self.egpo)
 
