@@ -32,3 +32,16 @@ def test_dependency_direction(folder, forbidden):
 def test_shared_names_sit_below_rollout_and_trainer():
     for name in ("keys.py", "settings.py"):
         assert not {m for m in egpo_imports(PACKAGE / name) if m.startswith(("egpo.trainer", "egpo.rollout"))}
+
+
+def test_sglangs_children_do_not_import_verl():
+    """sglang's scheduler and detokenizer unpickle egpo's process entries: importing them (and with them the egpo
+    package) loads the stand-ins and the entropy kernel, not verl."""
+    import subprocess
+    import sys
+
+    code = ("import sys, egpo.rollout.sglang.process_entries; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'verl', 'ray', 'hydra'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -69,6 +69,8 @@ def test_missing_or_misaligned_entropy_fails_loudly():
         ({"data_parallel_size": 2}, "data_parallel_size=2"),
         ({"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size=2"),
         ({"mtp": SimpleNamespace(enable=True, enable_rollout=True)}, "mtp.enable_rollout=true"),
+        ({"engine_kwargs": {"sglang": {"dp_size": 2}}}, "engine_kwargs.sglang.dp_size=2"),
+        ({"engine_kwargs": {"sglang": {"speculative_algorithm": "EAGLE"}}}, "speculative_algorithm=EAGLE"),
     ],
 )
 def test_unsupported_settings_are_refused(change, message):

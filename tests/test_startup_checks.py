@@ -106,11 +106,28 @@ def test_rollout_entropy_from_an_engine_that_returns_none_is_refused_before_ray(
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.rollout.data_parallel_size=2", "data_parallel_size=2"),
     ("actor_rollout_ref.rollout.pipeline_model_parallel_size=2", "pipeline_model_parallel_size=2"),
+    # verl spreads engine_kwargs.sglang last into sglang's arguments: the same limits through that route
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.dp_size=2", "engine_kwargs.sglang.dp_size=2"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.pp_size=2", "engine_kwargs.sglang.pp_size=2"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.enable_dp_attention=true", "enable_dp_attention=True"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.speculative_algorithm=EAGLE", "speculative_algorithm=EAGLE"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.speculative_draft_model_path=/m", "speculative_draft_model_path"),
 ])
 def test_sglang_entropy_limits_are_checked_at_start_up(override, message):
     cfg = smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda", override)
-    with pytest.raises(EgpoConfigError, match=message):
+    with pytest.raises(EgpoConfigError, match=message) as err:
         checks(cfg)
+    removal = re.findall(r"\(~(\S+)\)", str(err.value))
+    if override.startswith("++"):  # the suggested removal, pasted, clears the refusal
+        assert removal == [override[2:].split("=")[0]]
+        checks(smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda", override, f"~{removal[0]}"))
+
+
+@pytest.mark.parametrize("value", ["1", "null", "false"])
+def test_harmless_engine_kwargs_values_pass(value):
+    key = "dp_size" if value == "1" else ("speculative_algorithm" if value == "null" else "enable_dp_attention")
+    checks(smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
+                 f"++actor_rollout_ref.rollout.engine_kwargs.sglang.{key}={value}"))
 
 
 @pytest.mark.parametrize("override, suggestion", [

@@ -1,6 +1,8 @@
 """Rollout settings under which sglang 0.5.6.post2 returns no, or wrong, per-token entropy.
 
 Checked at start-up (before Ray starts) and again by the server before sglang launches. No sglang import here.
+verl spreads ``engine_kwargs.sglang`` last into sglang's server arguments, so the same settings are refused there
+too (``dp_size``, ``pp_size``, ``enable_dp_attention``, ``speculative_*``), each with the key to remove.
 """
 
 from __future__ import annotations
@@ -8,6 +10,31 @@ from __future__ import annotations
 
 class UnsupportedRolloutSettingError(ValueError):
     """A rollout setting under which sglang cannot return per-token entropy."""
+
+
+ENGINE_KWARGS_PREFIX = "actor_rollout_ref.rollout.engine_kwargs.sglang"
+DATA_PARALLEL = "sglang's data-parallel controller starts schedulers through a function bound before egpo can patch it"
+SPECULATIVE = "speculative decoding samples inside the verify kernel, not the sampler, so there is no per-token entropy"
+# engine_kwargs.sglang keys that reach sglang's ServerArgs and break per-token entropy: (is it set?, why)
+ENGINE_KWARGS_LIMITS = {
+    "dp_size": (lambda v: v is not None and int(v) > 1, DATA_PARALLEL),
+    "enable_dp_attention": (bool, DATA_PARALLEL),
+    "pp_size": (lambda v: v is not None and int(v) > 1, "pipeline parallel rebuilds the logits output and drops the "
+                                                        "entropy"),
+    "speculative_algorithm": (lambda v: v not in (None, "", "None", "none"), SPECULATIVE),
+    "speculative_draft_model_path": (lambda v: v not in (None, ""), SPECULATIVE),
+}
+
+
+def _engine_kwargs_problems(config) -> list[str]:
+    engine_kwargs = getattr(config, "engine_kwargs", None) or {}
+    sglang = (engine_kwargs.get("sglang", None) if hasattr(engine_kwargs, "get") else
+              getattr(engine_kwargs, "sglang", None)) or {}
+    return [
+        f"{ENGINE_KWARGS_PREFIX}.{key}={sglang[key]}: {why}; remove it (~{ENGINE_KWARGS_PREFIX}.{key})"
+        for key, (is_set, why) in ENGINE_KWARGS_LIMITS.items()
+        if key in sglang and is_set(sglang[key])
+    ]
 
 
 def refuse_unsupported_settings(config) -> None:
@@ -23,6 +50,7 @@ def refuse_unsupported_settings(config) -> None:
             f"actor_rollout_ref.rollout.pipeline_model_parallel_size={config.pipeline_model_parallel_size}: "
             "pipeline parallel rebuilds the logits output and drops the entropy; use 1"
         )
+    problems += _engine_kwargs_problems(config)
     mtp = getattr(config, "mtp", None)
     if mtp is not None and getattr(mtp, "enable", False) and getattr(mtp, "enable_rollout", False):
         problems.append(
