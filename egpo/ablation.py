@@ -10,6 +10,11 @@ to ``log.txt`` beside it, and ``run.json`` records the command. A run that finis
 the same command resumes an interrupted ablation. A recipe that builds a demo (``egpo_demo``) builds it once, in
 ``DIR/demo``, for every run. ``python -m egpo.report DIR`` turns the directory into a report.
 
+Every run starts in the directory the command was given in, so relative paths (``--out``, the recipes'
+``data/math_train.parquet``) mean the same in every run as on the command line; Hydra's own output goes into
+the run's directory. Before the first run the preflight (:mod:`egpo.preflight`) checks the composed config, so a
+missing data file or an unusable logger stops the ablation before any run starts.
+
 Arms (egpo_lambda and the rest come from the config and your overrides):
 
     grpo                 EGPO with egpo_lambda=0: bit-identical to verl's GRPO advantage, and logs the same
@@ -66,7 +71,8 @@ def run_one(out: Path, config_path: str, config_name: str, arm: str, seed: int, 
     work.mkdir(parents=True, exist_ok=True)
     args = [*ARMS[arm], *seed_overrides(seed), f"trainer.total_training_steps={steps}", "trainer.logger=[console,file]",
             f"trainer.experiment_name={run_name(arm, seed)}", f"trainer.default_local_dir={work / 'checkpoints'}",
-            "trainer.save_freq=-1", *([f"egpo_demo.out={demo}"] if demo else []), *overrides]
+            "trainer.save_freq=-1", f"hydra.run.dir={work / 'hydra'}", *([f"egpo_demo.out={demo}"] if demo else []),
+            *overrides]
     cmd = [sys.executable, "-m", "egpo.main", f"--config-path={Path(config_path).resolve()}",
            f"--config-name={config_name}", *args]
     (work / "run.json").write_text(json.dumps({"arm": arm, "seed": seed, "steps": steps, "command": cmd}, indent=1))
@@ -75,11 +81,25 @@ def run_one(out: Path, config_path: str, config_name: str, arm: str, seed: int, 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "VERL_FILE_LOGGER_PATH": str(metrics)}
     start = time.time()
     with open(work / "log.txt", "w") as log:
-        proc = subprocess.run(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
     result = {"returncode": proc.returncode, "seconds": round(time.time() - start, 1)}
     if proc.returncode == 0:
         (work / "done.json").write_text(json.dumps(result) + "\n")
     return result
+
+
+def preflight(args, demo: Path | None) -> None:
+    """The preflight of every arm's config (its errors stop the ablation before the first run)."""
+    from egpo.preflight.__main__ import run as run_preflight
+
+    for arm in args.arms:
+        overrides = [*ARMS[arm], f"trainer.total_training_steps={args.steps}", "trainer.logger=[console,file]",
+                     *([f"egpo_demo.out={demo}"] if demo else []), *args.overrides]
+        status, lines = run_preflight(args.config_path, args.config_name, overrides)
+        if status:
+            raise SystemExit(f"[ablation] the preflight of arm {arm} found errors; nothing was started:\n" +
+                             "\n".join(lines))
+    print(f"[ablation] preflight passed for {len(args.arms)} arm(s)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
     args = parser.parse_args(argv)
 
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     config = compose(args.config_path, args.config_name, list(args.overrides))
     demo = None
@@ -102,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
 
         demo = build(args.out / "demo", seed=int(config.egpo_demo.get("seed", 0)),
                      warm=bool(config.egpo_demo.get("warm", False))).resolve()
+    preflight(args, demo)
     runs = [(arm, seed) for seed in args.seeds for arm in args.arms]
     failed = []
     for i, (arm, seed) in enumerate(runs, 1):

@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer import main_ppo
 
-import egpo  # noqa: F401  (registers the estimator in the driver)
+from egpo.advantage.registry import register as register_estimator
+from egpo.preflight.paths import resolve_local_paths
 from egpo.settings import EgpoSettings
 from egpo.trainer.config import resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
@@ -45,14 +46,20 @@ def pass_probe_settings_to_workers(config: DictConfig) -> None:
         config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}
 
 
-def prepare_config(config: DictConfig) -> DictConfig:
-    """Start-up checks, before Ray or any worker starts. Fills the think-token ids from the tokenizer."""
+def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
+    """Start-up checks, before Ray or any worker starts. Fills the think-token ids from the tokenizer.
+
+    ``preflight``: also the cheap preflight checks (data files, loggers, batch arithmetic, the run's generation
+    budget; :func:`egpo.preflight.startup_preflight`); ``python -m egpo.preflight`` runs them itself, all of them.
+    """
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
     from verl.utils.device import auto_set_device
 
     check_unknown_keys(config)
-    settings = EgpoSettings.from_algorithm(config.algorithm)
+    rollout_name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
+    settings = EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name)
     build_demo_if_missing(config)
+    resolve_local_paths(config)
     pass_probe_settings_to_workers(config)
     auto_set_device(config)
     check_cpu_backend(config)
@@ -66,6 +73,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
         path = copy_to_local(config.actor_rollout_ref.model.path, use_shm=False)
         tokenizer = hf_tokenizer(path, trust_remote_code=config.data.get("trust_remote_code", False))
         resolve_think_token_ids(config, tokenizer)
+    if preflight:
+        from egpo.preflight import startup_preflight
+
+        startup_preflight(config)
     return config
 
 
@@ -77,8 +88,9 @@ class EgpoTaskRunner(main_ppo.TaskRunner):
     """
 
     def run(self, config):
-        import egpo  # noqa: F401  (registers the estimator in the runner's process)
         from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
+
+        register_estimator()  # in the runner's process, where verl's compute_advantage looks it up
 
         if "RayPPOTrainer" not in main_ppo.TaskRunner.run.__code__.co_names:
             raise RuntimeError(
@@ -118,13 +130,43 @@ class EgpoTaskRunner(main_ppo.TaskRunner):
 
 
 def run(config: DictConfig) -> None:
+    register_estimator()
     config = prepare_config(config)
     main_ppo.run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(EgpoTaskRunner))
 
 
+# verl's config names with egpo's equivalent (verl's + egpo's keys), found without --config-path
+EGPO_EQUIVALENTS = {"ppo_trainer": "egpo_trainer", "ppo_megatron_trainer": "egpo_megatron_trainer"}
+
+
+def refuse_verl_config_name(argv: list[str]) -> None:
+    """``--config-name=ppo_megatron_trainer`` without ``--config-path``: Hydra would say only "Cannot find primary
+    config"; egpo ships the same config with its keys under another name."""
+    args = iter(argv)
+    name, has_path = None, False
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in ("--config-name", "-cn"):
+            name = value or next(args, None)
+        elif key in ("--config-path", "-cp", "--config-dir", "-cd"):
+            has_path = True
+    if name in EGPO_EQUIVALENTS and not has_path:
+        raise SystemExit(
+            f"--config-name={name} is verl's config; egpo.main ships it with egpo's keys as "
+            f"--config-name={EGPO_EQUIVALENTS[name]} (or give --config-path to your own copy of {name})"
+        )
+
+
 @hydra.main(config_path="config", config_name="egpo_trainer", version_base=None)
-def main(config: DictConfig) -> None:
+def hydra_main(config: DictConfig) -> None:
     run(config)
+
+
+def main() -> None:
+    import sys
+
+    refuse_verl_config_name(sys.argv[1:])
+    hydra_main()
 
 
 if __name__ == "__main__":

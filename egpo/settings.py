@@ -13,10 +13,42 @@ from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
 ENTROPY_SOURCES = tuple(ENTROPY_KEY_BY_SOURCE)
+ENTROPY_ROLLOUTS = ("hf", "sglang")  # the rollout engines egpo makes return per-token entropy
+ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
+BYPASS = "algorithm.rollout_correction.bypass_mode"
 
 
 class EgpoConfigError(ValueError):
-    """A configuration egpo cannot run; the message says what to change."""
+    """A configuration egpo cannot run; the message says what to change.
+
+    ``fixes``: where given, the alternatives the message offers, each a tuple of Hydra overrides that together
+    make the whole config pass (tested by applying them).
+    """
+
+    def __init__(self, message: str, fixes: tuple[tuple[str, ...], ...] = ()):
+        super().__init__(message)
+        self.fixes = fixes
+
+
+def fix_text(fixes: tuple[tuple[str, ...], ...]) -> str:
+    return ", or ".join(" ".join(fix) for fix in fixes)
+
+
+def bypass_with_actor_entropy_error(rollout_name: str | None) -> EgpoConfigError:
+    """entropy_source=actor under bypass mode. The fixes account for the engine: entropy_source=rollout alone
+    is no fix where the engine returns no entropy."""
+    fixes = [(f"++{BYPASS}=false",)]
+    if rollout_name in ENTROPY_ROLLOUTS or rollout_name is None:
+        fixes.insert(0, ("++algorithm.entropy_source=rollout",))
+    else:
+        fixes.append((f"{ROLLOUT_NAME}=sglang", "++algorithm.entropy_source=rollout"))
+    fixes = tuple(fixes)
+    return EgpoConfigError(
+        "algorithm.entropy_source=actor needs the actor's old-log-prob recompute, which "
+        f"{BYPASS}=true skips (the point of bypass mode is to avoid that forward pass); rollout entropy is free "
+        f"from sglang (and egpo's hf server on a CPU). Fix: {fix_text(fixes)}.",
+        fixes,
+    )
 
 
 def estimator_name(adv_estimator) -> str:
@@ -38,8 +70,9 @@ class EgpoSettings:
         return ENTROPY_KEY_BY_SOURCE[self.entropy_source]
 
     @classmethod
-    def from_algorithm(cls, algorithm) -> "EgpoSettings":
-        """Reads and validates the algorithm node (the settings egpo needs, independent of a tokenizer)."""
+    def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":
+        """Reads and validates the algorithm node (the settings egpo needs, independent of a tokenizer).
+        ``rollout_name`` (where known) tailors the suggested fixes to the engine."""
         source = algorithm.get("entropy_source", "actor")
         if source not in ENTROPY_SOURCES:
             raise EgpoConfigError(
@@ -71,10 +104,5 @@ class EgpoSettings:
             **ids,
         )
         if settings.enabled and source == "actor" and settings.bypass_mode:
-            raise EgpoConfigError(
-                "algorithm.entropy_source=actor needs the actor's old-log-prob recompute, which "
-                "algorithm.rollout_correction.bypass_mode=true skips (the point of bypass mode is to avoid that "
-                "forward pass). Use ++algorithm.entropy_source=rollout (free, from the rollout engine) or set "
-                "algorithm.rollout_correction.bypass_mode=false."
-            )
+            raise bypass_with_actor_entropy_error(rollout_name)
         return settings

@@ -26,7 +26,7 @@ def smoke(*overrides):
 
 def checks(cfg):
     """What egpo.main runs before Ray starts, in its order."""
-    settings = EgpoSettings.from_algorithm(cfg.algorithm)
+    settings = EgpoSettings.from_algorithm(cfg.algorithm, rollout_name=cfg.actor_rollout_ref.rollout.name)
     check_cpu_backend(cfg)
     select_agent_loop_manager(cfg, settings)
     check_rollout_entropy_path(cfg, settings)
@@ -270,3 +270,22 @@ def test_a_users_multi_turn_config_gets_egpo_by_overrides():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "adv_estimator: egpo" in proc.stdout and "entropy_source: rollout" in proc.stdout
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+@pytest.mark.parametrize("source", ["actor", "rollout"])
+@pytest.mark.parametrize("bypass", ["false", "true"])
+def test_every_suggested_fix_passes_the_whole_config(engine, source, bypass):
+    """A refusal's fixes account for the whole config: each offered alternative, pasted, passes every check (vllm
+    with bypass mode once led from one refusal to the other and back)."""
+    base = ("trainer.device=cuda", f"actor_rollout_ref.rollout.name={engine}", f"algorithm.entropy_source={source}",
+            f"algorithm.rollout_correction.bypass_mode={bypass}")
+    try:
+        checks(smoke(*base))
+    except EgpoConfigError as err:
+        assert err.fixes, f"a refusal without fixes: {err}"
+        for fix in err.fixes:
+            assert " ".join(fix) in str(err)
+            checks(smoke(*base, *fix))
+    else:
+        assert not (source == "actor" and bypass == "true") and not (source == "rollout" and engine == "vllm")

@@ -147,7 +147,9 @@ def test_non_egpo_estimators_are_untouched():
 
 def test_stock_trainer_path_refuses_egpo_without_entropy():
     # verl's registry route (what a stock RayPPOTrainer reaches) must not silently train GRPO
-    from egpo.advantage.registry import EntropyNotSuppliedError
+    from egpo.advantage.registry import EntropyNotSuppliedError, register
+
+    register()  # what `import egpo; egpo.register()` does for a stock verl entry point
 
     batch = make_batch(True)
     original = verl_ray_trainer.compute_advantage

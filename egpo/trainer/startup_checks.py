@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.settings import EgpoConfigError, EgpoSettings
+from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoConfigError, EgpoSettings, fix_text
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 
@@ -43,9 +43,6 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
             OmegaConf.update(config, MANAGER_KEY, MANAGER_PATH, force_add=True)
 
 
-ENTROPY_ROLLOUTS = ("hf", "sglang")  # the rollout engines egpo makes return per-token entropy
-
-
 def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> None:
     """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
     into the batch); rollout.name=hf needs that manager too; sglang's entropy limits are checked here already."""
@@ -55,10 +52,13 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
     name = _rollout_name(config)
     wants_rollout_entropy = settings.enabled and settings.entropy_source == "rollout"
     if wants_rollout_entropy and name is not None and name not in ENTROPY_ROLLOUTS:
+        # actor entropy needs the recompute that bypass mode skips: then that fix turns bypass mode off too
+        actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
+        fixes = ((f"{ROLLOUT_NAME}=sglang",), actor)
         raise EgpoConfigError(
-            f"algorithm.entropy_source=rollout, but actor_rollout_ref.rollout.name={name} returns no per-token "
-            "entropy (egpo makes sglang return it on a GPU, and its hf server on a CPU). Use "
-            "actor_rollout_ref.rollout.name=sglang, or ++algorithm.entropy_source=actor."
+            f"algorithm.entropy_source=rollout, but {ROLLOUT_NAME}={name} returns no per-token entropy (egpo makes "
+            f"sglang return it on a GPU, and its hf server on a CPU). Fix: {fix_text(fixes)}.",
+            fixes,
         )
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
     uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)

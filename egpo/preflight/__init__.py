@@ -1,0 +1,54 @@
+"""Preflight: what a run will cost and whether it can run, known before any GPU work.
+
+``python -m egpo.preflight --config-path=... --config-name=... [overrides]`` prints every finding for a recipe plus
+overrides (egpo's start-up refusals, data files and prompt lengths, tokens and generations per step, validation's
+share of the run, loggers, batch arithmetic) and exits non-zero on an error. ``python -m egpo.main`` runs the cheap
+ones (everything but tokenizing the prompts) before Ray starts and refuses a run with an error.
+"""
+
+from __future__ import annotations
+
+from egpo.preflight.batch import batch_findings
+from egpo.preflight.budget import Budget, budget_findings
+from egpo.preflight.data import file_findings, inspect_split, prompt_length_findings
+from egpo.preflight.findings import Finding
+from egpo.preflight.loggers import logger_findings
+
+__all__ = ["Budget", "Finding", "preflight_findings", "startup_preflight"]
+
+
+def preflight_findings(config, tokenizer=None) -> tuple[list[Finding], Budget]:
+    """Every finding for a prepared config; with a tokenizer also the prompt lengths (seconds per 10k prompts)."""
+    findings: list[Finding] = []
+    rows = {}
+    for key in ("data.train_files", "data.val_files"):
+        split = inspect_split(config, key)
+        if key == "data.val_files" and not split.paths:
+            rows[key] = None
+            continue
+        findings += file_findings(split)
+        rows[key] = split.rows
+        if tokenizer is not None:
+            lengths, kept = prompt_length_findings(config, split, tokenizer)
+            findings += lengths
+            if kept is not None:
+                rows[key] = kept
+    budget_part, budget = budget_findings(config, rows["data.train_files"], rows["data.val_files"])
+    findings += budget_part
+    findings += logger_findings(config)
+    findings += batch_findings(config)
+    return findings, budget
+
+
+def startup_preflight(config, echo=print) -> list[Finding]:
+    """At start-up: the cheap findings; errors stop the run (EgpoConfigError), warnings and facts are printed."""
+    from egpo.settings import EgpoConfigError
+
+    findings, _ = preflight_findings(config)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        raise EgpoConfigError("preflight: " + "; ".join(f.text for f in errors) +
+                              ". Nothing was started (python -m egpo.preflight lists every finding).")
+    for finding in findings:
+        echo(f"[egpo preflight] {finding.line()}")
+    return findings

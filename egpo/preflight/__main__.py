@@ -1,0 +1,74 @@
+"""``python -m egpo.preflight``: a recipe plus overrides checked before any GPU work. See the package docstring.
+
+    python -m egpo.preflight --config-path="$PWD/recipes" --config-name=qwen3_1.7b [override ...]
+
+Exit status: 0 when nothing would stop the run (warnings may remain), 1 on any error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def compose(config_path: str | None, config_name: str, overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir, initialize_config_module
+
+    if config_path:
+        with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
+            return hydra_compose(config_name=config_name, overrides=overrides)
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def load_tokenizer(config):
+    from verl.utils import hf_tokenizer
+    from verl.utils.fs import copy_to_local
+
+    path = copy_to_local(config.actor_rollout_ref.model.path, use_shm=False)
+    return hf_tokenizer(path, trust_remote_code=config.data.get("trust_remote_code", False))
+
+
+def run(config_path: str | None, config_name: str, overrides: list[str]) -> tuple[int, list[str]]:
+    from egpo.main import prepare_config
+    from egpo.preflight import preflight_findings
+    from egpo.preflight.findings import error
+    from egpo.settings import EgpoConfigError
+
+    config = compose(config_path, config_name, overrides)
+    findings = []
+    try:
+        config = prepare_config(config, preflight=False)
+    except EgpoConfigError as err:
+        findings.append(error("start-up", str(err)))
+    tokenizer = None
+    try:
+        tokenizer = load_tokenizer(config)
+    except Exception as err:  # noqa: BLE001 - any failure to load is reported, not raised
+        findings.append(error("model", f"cannot load the tokenizer of actor_rollout_ref.model.path="
+                                       f"{config.actor_rollout_ref.model.path} ({type(err).__name__}: {err}); prompt "
+                                       "lengths were not measured"))
+    more, _ = preflight_findings(config, tokenizer)
+    findings += more
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    lines = [f"preflight {config_name} {' '.join(overrides)}".rstrip(), *(f.line() for f in findings),
+             f"{errors} error(s), {warnings} warning(s)"]
+    return (1 if errors else 0), lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config-path", default=None, help="a recipe folder (default: egpo's own configs)")
+    parser.add_argument("--config-name", default="egpo_trainer")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m egpo.main")
+    args = parser.parse_args(argv)
+    status, lines = run(args.config_path, args.config_name, list(args.overrides))
+    print("\n".join(lines))
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

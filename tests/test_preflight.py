@@ -1,0 +1,162 @@
+"""The preflight: every recipe in recipes/, each check failing on the config it is for, and the same checks at
+start-up (before Ray). Figures are compared with the arithmetic done by hand from the composed config."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from egpo.data import write
+from egpo.preflight.__main__ import run
+from egpo.preflight.loggers import logger_findings, wandb_credentials
+from egpo.settings import EgpoConfigError
+from test_recipes import RECIPES
+
+SAMPLES = Path(__file__).resolve().parent / "data"
+QWEN3 = sorted(p.stem for p in RECIPES.glob("qwen3_*.yaml"))
+CPU = sorted(p.stem for p in RECIPES.glob("cpu_*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A directory holding data/math_{train,test,val}.parquet as python -m egpo.data writes them (MATH's fields;
+    1,000 training and 2,000 test rows from the shipped samples)."""
+    root = tmp_path_factory.mktemp("preflight")
+    rows = [json.loads(line) for line in (SAMPLES / "math_sample.jsonl").read_text().splitlines()]
+    for split, count in (("train", 1000), ("test", 2000)):
+        path = root / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(rows[i % len(rows)]) + "\n" for i in range(count)))
+        write("math", root / "data", path, split)
+    return root
+
+
+def overrides_for(recipe: str, demo: Path) -> list[str]:
+    if recipe in CPU:
+        return [f"egpo_demo.out={demo}"]
+    return [f"actor_rollout_ref.model.path={demo / 'model'}"]  # a tokenizer with <think>, as Qwen3's has
+
+
+def composed(recipe: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name=recipe, overrides=overrides)
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES.glob("*.yaml")))
+def test_every_recipe_passes_with_its_figures(recipe, demo, workdir, monkeypatch):
+    monkeypatch.chdir(workdir)  # the Qwen3 recipes read data/*.parquet relative to where the command runs
+    overrides = overrides_for(recipe, demo)
+    status, lines = run(str(RECIPES), recipe, overrides)
+    text = "\n".join(lines)
+    assert status == 0, text
+    cfg = composed(recipe, overrides)
+    batch, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
+    length = cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert f"{batch} prompts x {n} samples = {batch * n:,} generations, at most {batch * n * length:,} tokens" in text
+    steps = cfg.trainer.total_training_steps
+    assert f"{steps} steps: {steps * batch * n:,} training generations" in text
+    if recipe in QWEN3:
+        # before training + every 20th of 200 steps; 500 validation prompts x 4 thinking-mode samples
+        assert str(workdir / "data" / "math_val.parquet") in text and "500 rows" in text
+        validations = 1 + steps // cfg.trainer.test_freq
+        val = validations * 500 * cfg.actor_rollout_ref.rollout.val_kwargs.n
+        assert f"{validations} validations x 500 prompts x 4 samples = {val:,} generations = " \
+               f"{val / (steps * batch * n):.0%} of training" in text
+        assert "error" not in text.replace("0 error(s)", "") and "warning(s)" in text
+
+
+def qwen3(workdir, demo, monkeypatch, *extra):
+    monkeypatch.chdir(workdir)
+    return run(str(RECIPES), "qwen3_1.7b", [*overrides_for("qwen3_1.7b", demo), *extra])
+
+
+def findings_text(lines):
+    return "\n".join(lines)
+
+
+def test_missing_data_is_an_error_naming_the_command(demo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, lines = run(str(RECIPES), "qwen3_1.7b", overrides_for("qwen3_1.7b", demo))
+    text = findings_text(lines)
+    assert status == 1
+    assert f"data.train_files: {tmp_path / 'data' / 'math_train.parquet'} not found; python -m egpo.data math" in text
+
+
+def test_validation_share_warns_and_the_suggested_fix_works_pasted(demo, workdir, monkeypatch):
+    status, lines = qwen3(workdir, demo, monkeypatch, "data.val_files=data/math_test.parquet")
+    text = findings_text(lines)
+    assert status == 0  # a warning: hours wasted, not a broken run
+    assert "11 validations x 2,000 prompts x 4 samples = 88,000 generations = 43% of training" in text
+    fix = re.search(r"(\+\+data\.val_max_samples=\d+)", text).group(1)
+    _, lines = qwen3(workdir, demo, monkeypatch, "data.val_files=data/math_test.parquet", fix)
+    assert "use a validation subset" not in findings_text(lines)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096", "ppo_max_token_len_per_gpu=4096 is smaller than one "
+                                                               "sequence"),
+    ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=8000", "log_prob_max_token_len_per_gpu=8000 is smaller"),
+    ("data.train_batch_size=2048", "fewer than data.train_batch_size=2048: verl drops the partial batch"),
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size=3", "tensor_model_parallel_size=3 does not divide the 8"),
+    ("actor_rollout_ref.rollout.temperature=0", "verl's validate_config refuses this config"),
+    ("data.max_prompt_length=120", "are dropped by data.filter_overlong_prompts"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.dp_size=2", "engine_kwargs.sglang.dp_size=2"),
+    ("trainer.logger=[console,file,swanlab]", "swanlab, which is not installed"),
+])
+def test_each_check_reports_its_problem(demo, workdir, monkeypatch, override, expected):
+    status, lines = qwen3(workdir, demo, monkeypatch, override)
+    text = findings_text(lines)
+    assert expected in text, text
+    is_error = not override.startswith("data.max_prompt_length")
+    assert status == (1 if is_error else 0), text
+
+
+def test_token_budget_fix_works_pasted(demo, workdir, monkeypatch):
+    _, lines = qwen3(workdir, demo, monkeypatch, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096")
+    fix = re.search(r"set (actor_rollout_ref\.actor\.ppo_max_token_len_per_gpu=\d+)", findings_text(lines)).group(1)
+    status, lines = qwen3(workdir, demo, monkeypatch, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096", fix)
+    assert status == 0, findings_text(lines)
+
+
+def test_greedy_validation_and_short_epochs_are_warned(demo, workdir, monkeypatch):
+    _, lines = qwen3(workdir, demo, monkeypatch, "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
+                     "trainer.total_epochs=2")
+    text = findings_text(lines)
+    assert "val_kwargs.do_sample=false validates greedily" in text
+    # 1,000 rows / 128 = 7 steps an epoch: 2 epochs end the run after 14 steps, not 200
+    assert "ends the run after 14 steps" in text and "set trainer.total_epochs=29" in text
+
+
+def test_wandb_without_credentials_is_refused(monkeypatch, tmp_path):
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert not wandb_credentials()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "wandb" else real(name, *a))
+    cfg = OmegaConf.create({"trainer": {"logger": ["console", "wandb"]}})
+    errors = [f.text for f in logger_findings(cfg) if f.level == "error"]
+    assert len(errors) == 1 and "no wandb credentials" in errors[0] and "trainer.logger=[console]" in errors[0]
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    assert wandb_credentials() and not [f for f in logger_findings(cfg) if f.level == "error"]
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_credentials()
+
+
+def test_start_up_runs_the_cheap_checks_before_ray(demo, workdir, monkeypatch, tmp_path):
+    """egpo.main's prepare_config: relative data paths made absolute where the command runs, and a missing file
+    refused (EgpoConfigError, before Ray)."""
+    from egpo.main import prepare_config
+
+    monkeypatch.chdir(workdir)
+    cfg = prepare_config(composed("qwen3_1.7b", overrides_for("qwen3_1.7b", demo)))
+    assert cfg.data.train_files == str(workdir / "data" / "math_train.parquet")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EgpoConfigError, match="math_train.parquet not found; python -m egpo.data math"):
+        prepare_config(composed("qwen3_1.7b", overrides_for("qwen3_1.7b", demo)))
