@@ -37,12 +37,21 @@ def test_report_tables_from_hand_made_runs(tmp_path):
 
 @pytest.mark.e2e
 def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
+    """As a new user types it: from a working directory, a relative --out and relative data paths."""
+    import shutil
+
+    shutil.copytree(demo / "data", tmp_path / "data")
     out = tmp_path / "ablation"
     cmd = [sys.executable, "-m", "egpo.ablation", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
-           "--arms", "grpo", "egpo_rollout", "--seeds", "0", "--steps", "2", "--out", str(out),
-           "actor_rollout_ref.rollout.n=8"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+           "--arms", "grpo", "egpo_rollout", "--seeds", "0", "--steps", "2", "--out", "ablation",
+           "actor_rollout_ref.rollout.n=8", "data.train_files=data/train.parquet", "data.val_files=data/val.parquet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[ablation] preflight passed for 2 arm(s)" in proc.stdout
+    # the runs read the relative data where the command ran, and kept Hydra's output in their own directory
+    assert f"{tmp_path / 'data' / 'train.parquet'}: 64 rows" in (out / "grpo__seed0" / "log.txt").read_text()
+    assert (out / "grpo__seed0" / "hydra" / ".hydra" / "overrides.yaml").exists()
+    assert not (tmp_path / "outputs").exists() and not (out / "grpo__seed0" / "ablation").exists()
     assert "[ablation] 1/2 grpo__seed0: done" in proc.stdout and "[ablation] 2/2 egpo_rollout__seed0: done" in proc.stdout
     for name in ("grpo__seed0", "egpo_rollout__seed0"):
         lines = (out / name / "metrics.jsonl").read_text().splitlines()
@@ -53,7 +62,7 @@ def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
     assert grpo_step2["egpo/entropy_source_is_rollout"] == 0 and rollout_step2["egpo/entropy_source_is_rollout"] == 1
 
     # finished runs are skipped
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 2
 
     report = subprocess.run([sys.executable, "-m", "egpo.report", str(out), "--window", "1"], capture_output=True,

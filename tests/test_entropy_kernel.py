@@ -42,7 +42,7 @@ def test_matches_float64(compiled, top_k, temperature):
         temperature = torch.linspace(0.3, 1.5, x.shape[0])
     got = token_entropy(x, top_k=top_k, temperature=temperature, compiled=compiled)
     if compiled:
-        assert not entropy_module._compile_failed, "the compiled kernel fell back to eager"
+        assert entropy_module.kernel_status()["compiled"], "the compiled kernel fell back to eager"
     ref = reference(x, top_k, temperature)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
@@ -108,3 +108,68 @@ def test_options_validate():
         EntropyOptions(top_k=-1)
     with pytest.raises(ValueError, match="2-D"):
         token_entropy(torch.zeros(3))
+
+
+@pytest.fixture
+def fresh_kernel(monkeypatch):
+    """This process's kernel state, reset for the test and restored after it."""
+    monkeypatch.setattr(entropy_module, "_kernel", {"compiled": None, "fallback_reason": None})
+    return entropy_module
+
+
+def test_fallback_says_once_and_stays_fast(fresh_kernel, monkeypatch, capsys):
+    """A compiler failure: the eager kernel takes over, says so once on stderr, and runs a 256-row batch at
+    V=151936 in a few blocks (not 9-row blocks: hundreds of launches per decode step) with the same values."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    blocks = []
+    original = fresh_kernel._entropy_block
+    monkeypatch.setattr(fresh_kernel, "_entropy_block", lambda x, t: blocks.append(x.shape[0]) or original(x, t))
+    meta = torch.empty(256, 151936, device="meta")  # shapes only: the block plan on an accelerator-sized input
+    plan = fresh_kernel.FALLBACK_BLOCK_BYTES // (4 * fresh_kernel.TEMPORARIES * meta.shape[1])
+    assert plan >= 128  # a 256-row decode batch in at most two blocks
+    x = logits_with_traps(rows=40, vocab=2000)
+    for _ in range(3):
+        got = token_entropy(x, compiled=True, max_block_bytes=4 * 2 * 2000 * 8)  # 8 rows a block on the CPU
+        torch.testing.assert_close(got.double(), reference(x), rtol=1e-5, atol=1e-5)
+    err = capsys.readouterr().err
+    assert err.count("[egpo] the compiled entropy kernel is unavailable") == 1 and "no compiler here" in err
+    assert fresh_kernel.kernel_status() == {"compiled": False, "fallback_reason": "torch.compile: RuntimeError: no compiler here"}
+    assert blocks == [8, 8, 8, 8, 8] * 3  # the CPU keeps its own block budget
+
+
+def test_fallback_blocks_on_an_accelerator_use_the_larger_budget(fresh_kernel, monkeypatch):
+    fresh_kernel._kernel["fallback_reason"] = "test"
+    blocks = []
+    original = fresh_kernel._entropy_block
+    monkeypatch.setattr(fresh_kernel, "_entropy_block", lambda x, t: blocks.append(x.shape[0]) or original(x, t))
+
+    class Logits(torch.Tensor):  # a CPU tensor that reports an accelerator device, to read the block plan
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+
+    x = logits_with_traps(rows=300, vocab=151936 // 64).as_subclass(Logits)
+    token_entropy(x, compiled=True)
+    rows = fresh_kernel.FALLBACK_BLOCK_BYTES // (4 * fresh_kernel.TEMPORARIES * x.shape[1])
+    assert blocks == ([300] if rows >= 300 else [rows] * (300 // rows) + ([300 % rows] if 300 % rows else []))
+    assert len(blocks) == 1
+
+
+def test_warm_up_compiles_before_the_first_call(fresh_kernel):
+    """warm_compiled_kernel at engine start: the first real batches (any size, raw or scaled as warmed) compile
+    nothing more."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    status = fresh_kernel.warm_compiled_kernel(96, "cpu", temperature_scaled=True)
+    assert status == {"compiled": True, "fallback_reason": None}
+    compiled = counters["stats"]["unique_graphs"]
+    for rows in (1, 3, 17, 64):
+        x = torch.randn(rows, 96)
+        t = torch.full((rows,), 0.7)
+        got = token_entropy(x, temperature=t, compiled=True)
+        torch.testing.assert_close(got.double(), reference(x, temperature=t), rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == compiled

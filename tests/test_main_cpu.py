@@ -67,16 +67,23 @@ def final_weights(workdir, step: int = 2):
     return {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state.items()}
 
 
+# dynamic batch sizes as every Qwen3 recipe has them: a budget of two 80-token sequences per micro-batch, so each
+# 8-sample prompt group is split in four for the probe's attribution passes too
+DYNAMIC = ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=160",
+           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null")
+
+
 def test_entropy_probe_in_the_main_job(tmp_path, demo):
-    """Probe on: finite probe/ metrics every step, and the same weights after 2 steps as with the probe off."""
+    """Probe on (attribution included, dynamic batch sizes): finite probe/ metrics every step, and the same weights
+    after 2 steps as with the probe off."""
     import torch
 
     (tmp_path / "off").mkdir()
     (tmp_path / "on").mkdir()
-    off = run_smoke(tmp_path / "off", demo, "trainer.save_freq=2", *COMMON)
+    off = run_smoke(tmp_path / "off", demo, "trainer.save_freq=2", *COMMON, *DYNAMIC)
     assert off.returncode == 0, off.stderr[-6000:]
     proc = run_smoke(tmp_path / "on", demo, "trainer.save_freq=2", "egpo.probe.enable=true",
-                     "egpo.probe.attribution=true", *COMMON)
+                     "egpo.probe.attribution=true", *COMMON, *DYNAMIC)
     assert proc.returncode == 0, proc.stderr[-6000:]
     baseline, probed = final_weights(tmp_path / "off"), final_weights(tmp_path / "on")
     assert all(torch.equal(baseline[k], probed[k]) for k in baseline)

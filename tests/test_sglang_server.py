@@ -17,26 +17,27 @@ from egpo.rollout.sglang.server import EntropySGLangHttpServer, capture_entropy 
 class FakeTokenizerManager:
     """Yields what sglang's TokenizerManager yields for a finished, non-streamed request."""
 
-    def __init__(self, entropy_for):
+    def __init__(self, entropy_for, tokens=(7, 8, 9), finish="stop"):
         self.entropy_for = entropy_for
+        self.tokens, self.finish = list(tokens), finish
         self.requests = []
 
     async def generate_request(self, obj, request=None):
         self.requests.append(obj)
-        tokens = [7, 8, 9]
-        meta = {"finish_reason": {"type": "stop"}, "output_token_logprobs": [(-0.5, t, None) for t in tokens]}
+        tokens = self.tokens
+        meta = {"finish_reason": {"type": self.finish}, "output_token_logprobs": [(-0.5, t, None) for t in tokens]}
         entropy = self.entropy_for(tokens)
         if entropy is not None:
             meta["output_token_entropy"] = entropy
         yield {"output_ids": tokens, "meta_info": meta}
 
 
-def server(entropy_for):
+def server(entropy_for, **manager):
     s = object.__new__(EntropySGLangHttpServer)
     s.config = SimpleNamespace(max_model_len=64, response_length=16, prompt_length=16,
                                enable_rollout_routing_replay=False, skip_tokenizer_init=True)
     s.global_steps = 4
-    s.tokenizer_manager = FakeTokenizerManager(entropy_for)
+    s.tokenizer_manager = FakeTokenizerManager(entropy_for, **manager)
     capture_entropy(s)
     return s
 
@@ -54,6 +55,33 @@ def test_entropy_comes_back_with_the_tokens_and_log_probs_only_when_asked():
     assert s.tokenizer_manager.requests[-1].return_logprob is True  # asked for, to carry the entropy
     assert list(generate(s, temperature=1.0, logprobs=True).log_probs) == [-0.5, -0.5, -0.5]
     assert s._entropy_by_rid == {}  # nothing kept after a request returns
+
+
+def test_a_request_aborted_before_its_first_token_is_not_blamed_on_patches():
+    """sglang answers an abort in the waiting queue with no tokens and an empty log-prob list (which verl's own
+    generate cannot unpack): an empty response with no entropy, not 'missing patches'."""
+    for entropy_for in (lambda tokens: [], lambda tokens: None):  # patched manager: []; an older message: absent
+        s = server(entropy_for, tokens=(), finish="abort")
+        out = generate(s, temperature=1.0)
+        assert list(out.token_ids) == [] and out.stop_reason == "abort" and out.log_probs is None
+        assert out.extra_fields[ROLLOUT_ENTROPY] == [] and out.extra_fields["global_steps"] == 4
+        assert s._entropy_by_rid == {}
+
+
+def test_only_egpos_own_requests_are_captured():
+    """Requests other callers send through the same tokenizer manager (sglang's HTTP routes) leave nothing behind."""
+    s = server(lambda tokens: [0.5] * len(tokens))
+
+    async def other_caller():
+        async for _ in s.tokenizer_manager.generate_request(SimpleNamespace(rid="http-1"), None):
+            pass
+        async for _ in s.tokenizer_manager.generate_request(SimpleNamespace(rid=["b-1", "b-2"]), None):
+            pass
+
+    asyncio.run(other_caller())
+    assert s._entropy_by_rid == {}
+    assert generate(s, temperature=1.0).extra_fields[ROLLOUT_ENTROPY] == [0.5, 0.5, 0.5]
+    assert s._entropy_by_rid == {}
 
 
 def test_missing_or_misaligned_entropy_fails_loudly():
@@ -110,3 +138,40 @@ def test_process_entries_are_installed_once_and_picklable():
         process_entries.remove_process_entries()
     assert engine.run_scheduler_process is scheduler.run_scheduler_process
     assert engine.run_detokenizer_process is detokenizer_manager.run_detokenizer_process
+
+
+def test_scheduler_entry_warms_the_kernel_before_sglang_builds_its_scheduler(monkeypatch):
+    import sglang.srt.managers.scheduler as scheduler
+
+    from egpo.rollout.sglang import process_entries, sampler_patch, scheduler_patches
+
+    order = []
+    monkeypatch.setattr(scheduler_patches, "apply_scheduler_patches", lambda options: order.append("patch"))
+    monkeypatch.setattr(sampler_patch, "warm_sampler_kernel",
+                        lambda server_args, gpu_id, options: order.append(("warm", server_args, gpu_id)))
+    monkeypatch.setattr(scheduler, "run_scheduler_process", lambda *a, **k: order.append(("sglang", a)))
+    process_entries.run_scheduler_process_with_entropy("SERVER_ARGS", "PORT_ARGS", 3, 0, 0, 0, None, "WRITER")
+    assert order == ["patch", ("warm", "SERVER_ARGS", 3),
+                     ("sglang", ("SERVER_ARGS", "PORT_ARGS", 3, 0, 0, 0, None, "WRITER"))]
+
+
+def test_warm_sampler_kernel_compiles_for_the_models_vocabulary(demo, monkeypatch):
+    import torch
+    from torch._dynamo.utils import counters
+    from transformers import AutoConfig
+
+    from egpo.rollout import entropy
+    from egpo.rollout.entropy import EntropyOptions, token_entropy
+    from egpo.rollout.sglang.sampler_patch import kernel_width, warm_sampler_kernel
+
+    monkeypatch.setattr(entropy, "_kernel", {"compiled": None, "fallback_reason": None})
+    args = SimpleNamespace(model_path=str(demo / "model"), trust_remote_code=False)
+    vocab = AutoConfig.from_pretrained(demo / "model").vocab_size
+    assert kernel_width(args, EntropyOptions()) == vocab and kernel_width(args, EntropyOptions(top_k=5)) == 5
+    if not torch.cuda.is_available():
+        assert warm_sampler_kernel(args, 0, EntropyOptions()) is None  # the CPU samples with the eager kernel
+    torch._dynamo.reset()
+    assert warm_sampler_kernel(args, 0, EntropyOptions(), device=torch.device("cpu"))["compiled"]
+    graphs = counters["stats"]["unique_graphs"]
+    token_entropy(torch.randn(5, vocab), compiled=True)  # the first sampled batch compiles nothing
+    assert counters["stats"]["unique_graphs"] == graphs

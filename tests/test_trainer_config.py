@@ -115,3 +115,15 @@ def test_temperature_mismatch_is_reported_when_entropies_are_compared():
     OmegaConf.set_struct(cfg, False)
     cfg.actor_rollout_ref.rollout.custom = {"entropy": {"temperature_scaled": True}}
     assert warn_on_temperature_mismatch(cfg, EgpoSettings.from_algorithm(cfg.algorithm)) is None
+
+
+@pytest.mark.parametrize("args, equivalent", [
+    (["--config-name=ppo_megatron_trainer"], "egpo_megatron_trainer"),
+    (["--config-name", "ppo_trainer"], "egpo_trainer"),
+])
+def test_verls_config_name_points_to_egpos(args, equivalent):
+    proc = run_main(*args, "--cfg", "job")
+    assert proc.returncode != 0
+    assert f"--config-name={equivalent}" in proc.stderr and "Cannot find primary config" not in proc.stderr
+    # the suggested name composes
+    assert run_main(f"--config-name={equivalent}", "--cfg", "job").returncode == 0

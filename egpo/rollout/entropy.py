@@ -13,24 +13,27 @@ Options, the same for every producer:
 * ``temperature``: None = raw logits (the default: the design's constraint); a float or a per-row tensor =
   entropy of the temperature-scaled distribution the sampler draws from.
 
-Temporaries are bounded: rows are processed in blocks of at most ``max_block_bytes`` of fp32 working memory,
-never a full batch x vocab copy. ``compiled=True`` uses a ``torch.compile``d fused kernel (batch dimension
-dynamic, so a sweep of batch sizes compiles once per dtype) and falls back to the eager blocks if compiling
-is not possible here.
+Temporaries are bounded: rows are processed in blocks of at most ``max_block_bytes`` of fp32 working memory
+(two fp32 temporaries per element), never a full batch x vocab copy. ``compiled=True`` uses a ``torch.compile``d
+fused kernel (batch dimension dynamic, so a sweep of batch sizes compiles once per dtype and width;
+:func:`warm_compiled_kernel` compiles it ahead of the first request) and falls back to the eager blocks if
+compiling is not possible here. The fallback says so once, on stderr (an engine's log level may hide warnings),
+and keeps decode steps cheap: its blocks on an accelerator hold :data:`FALLBACK_BLOCK_BYTES` (a 256-row decode
+batch at V=151936 in two blocks), not the CPU's 16 MiB. :func:`kernel_status` tells which path runs.
 """
 
 from __future__ import annotations
 
-import logging
+import sys
 from dataclasses import dataclass
 
 import torch
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["EntropyOptions", "token_entropy"]
+__all__ = ["EntropyOptions", "kernel_status", "token_entropy", "warm_compiled_kernel"]
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20
+FALLBACK_BLOCK_BYTES = 256 * 2**20  # eager blocks on an accelerator, once the compiled kernel is unavailable
+TEMPORARIES = 2  # fp32 working copies per element in the eager block
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class EntropyOptions:
         return cls.from_config(custom.get("entropy", None))
 
 
-def _entropy_block(x: torch.Tensor, inv_temperature: torch.Tensor | None) -> torch.Tensor:
+def _entropy_math(x: torch.Tensor, inv_temperature: torch.Tensor | None) -> torch.Tensor:
+    """The fused form torch.compile turns into one kernel."""
     x = x.float()
     if inv_temperature is not None:
         x = x * inv_temperature.unsqueeze(-1)
@@ -73,35 +77,62 @@ def _entropy_block(x: torch.Tensor, inv_temperature: torch.Tensor | None) -> tor
     return torch.log(s) - a / s
 
 
-_compiled_block = None
-_compile_failed = False
+def _entropy_block(x: torch.Tensor, inv_temperature: torch.Tensor | None) -> torch.Tensor:
+    """The same math eagerly, with two fp32 temporaries (y, e) and in-place steps."""
+    if inv_temperature is not None:
+        y = x.float() * inv_temperature.unsqueeze(-1)
+    else:
+        y = x.float() if x.dtype != torch.float32 else x.clone()
+    y -= y.amax(dim=-1, keepdim=True)
+    e = torch.exp(y)
+    s = e.sum(dim=-1)
+    a = e.mul_(y.clamp_min_(torch.finfo(torch.float32).min)).sum(dim=-1)
+    return torch.log(s) - a / s
 
 
-def _get_compiled():
-    global _compiled_block, _compile_failed
-    if _compiled_block is None and not _compile_failed:
-        try:
-            _compiled_block = torch.compile(_entropy_block, dynamic=False)
-        except Exception as err:  # pragma: no cover - depends on the platform's compiler
-            logger.warning("torch.compile unavailable for the entropy kernel (%s); using eager row blocks", err)
-            _compile_failed = True
-    return _compiled_block
+_kernel: dict = {"compiled": None, "fallback_reason": None}
+
+
+def kernel_status() -> dict:
+    """``{"compiled": bool, "fallback_reason": str | None}`` for this process."""
+    return {"compiled": _kernel["compiled"] is not None and _kernel["fallback_reason"] is None,
+            "fallback_reason": _kernel["fallback_reason"]}
+
+
+def _fall_back(stage: str, err: Exception) -> None:
+    reason = f"{stage}: {type(err).__name__}: {err}".splitlines()[0][:300]
+    _kernel["fallback_reason"] = reason
+    print(f"[egpo] the compiled entropy kernel is unavailable ({reason}); the eager kernel runs for the rest of this "
+          f"process, in blocks of {FALLBACK_BLOCK_BYTES >> 20} MiB on an accelerator", file=sys.stderr, flush=True)
 
 
 def _run_compiled(x, inv_temperature):
-    global _compile_failed
-    fn = _get_compiled()
-    if fn is None:
+    if _kernel["fallback_reason"] is not None:
         return None
+    if _kernel["compiled"] is None:
+        try:
+            _kernel["compiled"] = torch.compile(_entropy_math, dynamic=False)
+        except Exception as err:  # noqa: BLE001 - any compiler failure means the eager path
+            _fall_back("torch.compile", err)
+            return None
     torch._dynamo.mark_dynamic(x, 0)
     if inv_temperature is not None:
         torch._dynamo.mark_dynamic(inv_temperature, 0)
     try:
-        return fn(x, inv_temperature)
-    except Exception as err:  # pragma: no cover - depends on the platform's compiler
-        logger.warning("compiled entropy kernel failed (%s); falling back to eager row blocks", err)
-        _compile_failed = True
+        return _kernel["compiled"](x, inv_temperature)
+    except Exception as err:  # noqa: BLE001 - a failure to compile shows up at the first call
+        _fall_back("compiling the entropy kernel", err)
         return None
+
+
+def warm_compiled_kernel(width: int, device, temperature_scaled: bool = False, dtype=torch.float32) -> dict:
+    """Compiles the kernel for rows of ``width`` on ``device`` now (1 row and several: torch specializes a batch of
+    one), so no request waits for it. Returns :func:`kernel_status`."""
+    for rows in (1, 2):
+        logits = torch.zeros(rows, width, dtype=dtype, device=device)
+        temperature = torch.ones(rows, device=device) if temperature_scaled else None
+        token_entropy(logits, temperature=temperature, compiled=True)
+    return kernel_status()
 
 
 def token_entropy(
@@ -134,7 +165,9 @@ def token_entropy(
         out = _run_compiled(logits, inv_temperature)
         if out is not None:
             return out
-    block = max(1, max_block_bytes // (4 * 3 * vocab))  # ~3 fp32 temporaries per element
+        if logits.device.type != "cpu":
+            max_block_bytes = max(max_block_bytes, FALLBACK_BLOCK_BYTES)
+    block = max(1, max_block_bytes // (4 * TEMPORARIES * vocab))
     if block >= rows:
         return _entropy_block(logits, inv_temperature)
     out = torch.empty(rows, dtype=torch.float32, device=logits.device)

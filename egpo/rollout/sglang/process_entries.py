@@ -9,7 +9,8 @@ target, before it imports anything of sglang's:
 
 * importing this module installs the CPU stand-ins where they are needed
   (:func:`egpo.rollout.sglang.standins.prepare_sglang_import`; never on a CUDA machine);
-* the scheduler applies the entropy patches before it builds its Scheduler, ModelRunner and Sampler.
+* the scheduler applies the entropy patches before it builds its Scheduler, ModelRunner and Sampler, and on a GPU
+  compiles the entropy kernel for the model's vocabulary then, not when the first request is sampled.
 
 The entropy options travel in the environment (:mod:`egpo.rollout.sglang.options`).
 """
@@ -34,13 +35,18 @@ CPU_ENVIRONMENT = {"TORCHDYNAMO_DISABLE": "1"}
 
 
 def run_scheduler_process_with_entropy(*args, **kwargs):
-    """Runs inside the spawned scheduler process."""
+    """Runs inside the spawned scheduler process (sglang's arguments: :data:`SCHEDULER_PARAMS`)."""
     from sglang.srt.managers.scheduler import run_scheduler_process
 
     from egpo.rollout.sglang.options import read_options
+    from egpo.rollout.sglang.sampler_patch import warm_sampler_kernel
     from egpo.rollout.sglang.scheduler_patches import apply_scheduler_patches
 
-    apply_scheduler_patches(read_options())
+    options = read_options()
+    apply_scheduler_patches(options)
+    named = dict(zip(SCHEDULER_PARAMS, args))
+    named.update(kwargs)
+    warm_sampler_kernel(named["server_args"], named["gpu_id"], options)
     return run_scheduler_process(*args, **kwargs)
 
 

@@ -12,7 +12,7 @@ swap would miss instances built from the earlier import).
 
 from __future__ import annotations
 
-from egpo.rollout.entropy import EntropyOptions, token_entropy
+from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
 from egpo.rollout.sglang.guards import check_parameters
 
 ENTROPY_ATTR = "next_token_entropy"
@@ -29,6 +29,28 @@ def entropy_sampler_forward(self, logits_output, sampling_info, *args, **kwargs)
     entropy = token_entropy(logits, top_k=options.top_k, temperature=temperature, compiled=logits.is_cuda)
     setattr(logits_output, ENTROPY_ATTR, entropy)
     return _state["original"](self, logits_output, sampling_info, *args, **kwargs)
+
+
+def kernel_width(server_args, options: EntropyOptions) -> int:
+    """The logits' width at the sampler: the model's ``vocab_size`` (sglang slices its logits to it), or top_k."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(server_args.model_path, trust_remote_code=server_args.trust_remote_code)
+    vocab = int(config.get_text_config().vocab_size)
+    return options.top_k if 0 < options.top_k < vocab else vocab
+
+
+def warm_sampler_kernel(server_args, gpu_id: int, options: EntropyOptions, device=None) -> dict | None:
+    """In the scheduler process, before sglang builds its scheduler: the compiled kernel (used on CUDA) is compiled
+    for the model's width, so the first sampled batch does not wait for it. ``device``: where it will run (default
+    this scheduler's GPU; nothing to warm without one, the CPU runs the eager kernel)."""
+    import torch
+
+    if device is None:
+        if not torch.cuda.is_available():
+            return None
+        device = torch.device("cuda", gpu_id)
+    return warm_compiled_kernel(kernel_width(server_args, options), device, temperature_scaled=options.temperature_scaled)
 
 
 def apply_sampler_patch(options: EntropyOptions) -> None:

@@ -4,7 +4,10 @@ Before sglang launches, the server refuses settings where per-token entropy woul
 installs the entry points of sglang's processes (:mod:`egpo.rollout.sglang.process_entries`) and the
 tokenizer-manager patches (:mod:`egpo.rollout.sglang.tokenizer_patches`). Each request is sent with log probs on (the entropy
 rides next to them in ``meta_info``); the values come back in ``TokenOutput.extra_fields["rollout_entropy"]``,
-checked to be one per token, and the log probs are returned only if the caller asked for them.
+checked to be one per token, and the log probs are returned only if the caller asked for them. Only the requests
+this server sends are captured (sglang's HTTP routes and other callers share the tokenizer manager). A request
+aborted before its first token comes back with no tokens and no entropy (verl's own ``generate`` cannot unpack an
+empty log-prob list, so that one case is answered here).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from egpo.rollout.sglang.standins import prepare_sglang_import
 
 prepare_sglang_import()  # CPU machines only: before this process imports sglang
 
+from dataclasses import dataclass  # noqa: E402
+
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer  # noqa: E402
 
 from egpo.rollout.entropy import EntropyOptions
@@ -36,11 +42,22 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         params = dict(sampling_params)
         wants_log_probs = bool(params.get("logprobs", False))
         params["logprobs"] = True
+        self._entropy_by_rid[request_id] = None  # this request's final output is captured
         try:
-            output = await super().generate(prompt_ids, params, request_id, image_data=image_data, video_data=video_data)
-            entropy = self._entropy_by_rid.get(request_id)
+            try:
+                output = await super().generate(prompt_ids, params, request_id, image_data=image_data,
+                                                video_data=video_data)
+            except ValueError:
+                captured = self._entropy_by_rid.get(request_id)
+                if captured is None or captured.tokens:
+                    raise
+                output = self._no_token_output(captured)
+            captured = self._entropy_by_rid.get(request_id)
         finally:
             self._entropy_by_rid.pop(request_id, None)
+        entropy = None if captured is None else captured.entropy
+        if entropy is None and captured is not None and captured.tokens == 0:
+            entropy = []  # aborted before its first token: nothing was sampled
         if entropy is None:
             raise RuntimeError(
                 f"sglang returned no meta_info[{META_KEY!r}] for request {request_id}: its scheduler ran without "
@@ -55,22 +72,40 @@ class EntropySGLangHttpServer(SGLangHttpServer):
             output.log_probs = None
         return output
 
+    def _no_token_output(self, captured: "CapturedOutput") -> TokenOutput:
+        """The output of a request that ended before its first token (verl's generate fails to unpack it)."""
+        return TokenOutput(token_ids=[], log_probs=[], routed_experts=None, stop_reason=captured.finish_reason,
+                           extra_fields={"global_steps": self.global_steps})
+
+
+@dataclass(frozen=True)
+class CapturedOutput:
+    entropy: list | None  # meta_info["output_token_entropy"]; None where sglang's processes were not patched
+    tokens: int  # output tokens in that output
+    finish_reason: str | None
+
 
 def capture_entropy(server) -> None:
-    """Wrap this server's ``tokenizer_manager.generate_request`` to keep each request's entropy by request id.
+    """Wrap this server's ``tokenizer_manager.generate_request`` to keep the entropy of egpo's requests.
 
     verl's ``generate`` builds its ``TokenOutput`` from the final output; the entropy is taken from the same
-    output here and popped by :meth:`EntropySGLangHttpServer.generate` as soon as that request returns.
+    output here, only for request ids that :meth:`EntropySGLangHttpServer.generate` registered, and popped by it as
+    soon as that request returns: nothing is kept for requests other callers send through the same manager.
     """
     server._entropy_by_rid = {}
     manager = server.tokenizer_manager
     original = manager.generate_request
 
     async def generate_request(obj, request=None):
+        rid = getattr(obj, "rid", None)
+        ours = isinstance(rid, str) and rid in server._entropy_by_rid
         async for out in original(obj, request):
-            entropy = (out.get("meta_info") or {}).get(META_KEY)
-            if entropy is not None:
-                server._entropy_by_rid[obj.rid] = entropy
+            if ours:
+                meta = out.get("meta_info") or {}
+                reason = meta.get("finish_reason")
+                server._entropy_by_rid[rid] = CapturedOutput(
+                    meta.get(META_KEY), len(out.get("output_ids") or ()),
+                    reason.get("type") if isinstance(reason, dict) else reason)
             yield out
 
     manager.generate_request = generate_request
