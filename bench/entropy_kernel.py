@@ -6,7 +6,8 @@ Shapes: B=32 bf16 (cache-resident) and B=256 fp32 (memory-bound), V=151936 (Qwen
 Rounds interleave all candidates; medians with min-max. A correctness gate (float64 reference, -inf rows,
 one-hot = 0, +40 offset, bf16) runs first; the compiled kernel's graph count over a sweep of batch sizes
 shows it does not recompile per batch size. Memory: the eager path works in row blocks of at most
-`DEFAULT_BLOCK_BYTES` of fp32 temporaries by construction (reported), the compiled path is one fused pass.
+`DEFAULT_BLOCK_BYTES` of fp32 temporaries by construction (reported), the compiled path is one fused pass;
+"fallback blocks" is the eager path as it runs on an accelerator once compiling failed (`FALLBACK_BLOCK_BYTES`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 import torch
 
-from egpo.rollout.entropy import DEFAULT_BLOCK_BYTES, token_entropy
+from egpo.rollout.entropy import DEFAULT_BLOCK_BYTES, FALLBACK_BLOCK_BYTES, token_entropy
 
 V = 151936
 
@@ -59,6 +60,7 @@ def bench(batch, dtype, device, rounds):
         "softmax(x/T)": lambda: torch.softmax(x / t[:, None], -1),
         "naive -(p*logp)": lambda: (lambda lp: -(lp.exp() * lp.clamp_min(-1e30)).sum(-1))(torch.log_softmax(x.float(), -1)),
         "egpo eager": lambda: token_entropy(x),
+        "egpo eager, fallback blocks": lambda: token_entropy(x, max_block_bytes=FALLBACK_BLOCK_BYTES),
         "egpo compiled": lambda: token_entropy(x, compiled=True),
         "egpo compiled, scaled": lambda: token_entropy(x, temperature=t, compiled=True),
         "egpo top-k 20": lambda: token_entropy(x, top_k=20),
