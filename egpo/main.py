@@ -88,9 +88,7 @@ class EgpoTaskRunner(main_ppo.TaskRunner):
     """
 
     def run(self, config):
-        from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
-
-        register_estimator()  # in the runner's process, where verl's compute_advantage looks it up
+        from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
 
         if "RayPPOTrainer" not in main_ppo.TaskRunner.run.__code__.co_names:
             raise RuntimeError(
