@@ -12,6 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer import main_ppo
 
 from egpo.advantage.registry import register as register_estimator
+from egpo.compat.entry import verl_entry
+from egpo.compat.stack import check_stack
 from egpo.preflight.paths import resolve_local_paths
 from egpo.settings import EgpoSettings
 from egpo.trainer.config import resolve_think_token_ids
@@ -56,6 +58,7 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
     from verl.utils.device import auto_set_device
 
     check_unknown_keys(config)
+    check_stack(config)
     rollout_name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
     settings = EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name)
     build_demo_if_missing(config)
@@ -80,22 +83,20 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
     return config
 
 
-class EgpoTaskRunner(main_ppo.TaskRunner):
+ENTRY = verl_entry()  # verl's task runner for the installed version (egpo.compat.entry), checked at import
+
+
+class EgpoTaskRunner(ENTRY.task_runner):
     """verl's TaskRunner building :class:`egpo.trainer.ray_trainer.EgpoRayPPOTrainer` instead of RayPPOTrainer.
 
-    ``TaskRunner.run`` constructs the trainer by the module-level name ``RayPPOTrainer``; this runner lives in
+    ``TaskRunner.run`` constructs the trainer by its module's global name ``RayPPOTrainer``; this runner lives in
     its own Ray actor process, where that name is pointed at egpo's subclass before verl's ``run`` executes.
     """
 
     def run(self, config):
         from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
 
-        if "RayPPOTrainer" not in main_ppo.TaskRunner.run.__code__.co_names:
-            raise RuntimeError(
-                "verl's TaskRunner.run no longer builds the trainer by the name RayPPOTrainer (verl 0.7.1 does); "
-                "egpo cannot install its trainer. Pin verl==0.7.1 or update egpo.main."
-            )
-        main_ppo.RayPPOTrainer = EgpoRayPPOTrainer
+        ENTRY.install_trainer(EgpoRayPPOTrainer)
         return super().run(config)
 
     def add_actor_rollout_worker(self, config):

@@ -176,8 +176,9 @@ def flat(node: dict, prefix: str = "") -> dict:
     return out
 
 
+# egpo's keys, and trainer.use_v1=false: egpo trains through verl's RayPPOTrainer (0.9.1 defaults to its v1 trainer)
 EGPO_OWN = ("algorithm.entropy_source", "algorithm.egpo_lambda", "algorithm.egpo_alpha", "algorithm.cot_start_token_id",
-            "algorithm.cot_end_token_id", "actor_rollout_ref.rollout.custom", "egpo.")
+            "algorithm.cot_end_token_id", "actor_rollout_ref.rollout.custom", "egpo.", "trainer.use_v1")
 
 
 @pytest.mark.parametrize("rollout", ["sglang", "vllm"])
@@ -194,6 +195,7 @@ def test_grpo_through_egpo_is_verls_run(rollout):
     with initialize_config_module("egpo.config", version_base=None):
         egpo_cfg = compose(config_name="egpo_trainer", overrides=overrides)
     checks(egpo_cfg)
+    assert egpo_cfg.trainer.use_v1 is False
     assert OmegaConf.select(egpo_cfg, MANAGER_KEY, default=None) is None
     ours = {k: v for k, v in flat(OmegaConf.to_container(egpo_cfg)).items() if not k.startswith(EGPO_OWN)}
     theirs = {k: v for k, v in flat(OmegaConf.to_container(verl_cfg)).items() if not k.startswith(EGPO_OWN)}
@@ -289,3 +291,25 @@ def test_every_suggested_fix_passes_the_whole_config(engine, source, bypass):
             checks(smoke(*base, *fix))
     else:
         assert not (source == "actor" and bypass == "true") and not (source == "rollout" and engine == "vllm")
+
+
+def test_stack_refusals_name_their_fix():
+    """What a stack's egpo cannot run is refused before Ray (tested on both stacks: the rules are per version)."""
+    from egpo.compat.stack import stack_problems
+
+    cfg = smoke("++trainer.use_v1=true", "++egpo.probe.enable=true", "actor_rollout_ref.rollout.name=sglang")
+    assert stack_problems(cfg, "0.7.1") == []
+    problems = " ".join(stack_problems(cfg, "0.9.1"))
+    for expected in ("set ++trainer.use_v1=false", "trainer.device=cpu", "set ++egpo.probe.enable=false",
+                     "rollout.name=sglang", "pip install -e '.[verl071]'"):
+        assert expected in problems
+    # the suggested use_v1 fix, pasted, clears that refusal
+    assert not any("use_v1" in p for p in stack_problems(smoke("++trainer.use_v1=true", "++trainer.use_v1=false"), "0.9.1"))
+
+
+def test_an_untested_verl_stops_start_up_naming_the_tested_ones(monkeypatch):
+    from egpo.compat import versions
+
+    monkeypatch.setattr(versions, "version", lambda name: "0.8.0")
+    with pytest.raises(versions.UnsupportedVerlError, match=r"tested with verl 0\.7\.1 and 0\.9\.1; this environment has verl 0\.8\.0"):
+        versions.verl_version()

@@ -1,0 +1,44 @@
+"""What egpo runs on each verl stack, and the start-up refusal (before Ray) of what a stack cannot run yet.
+
+verl 0.9.1 removed the FSDP workers egpo's CPU backend and entropy probe extend (``fsdp_workers``,
+``workers/actor``); until they stand on verl's engine workers there, those runs are refused on 0.9.1 with the
+stack that runs them. sglang 0.5.12 (verl 0.9.1's sglang) is not patched yet either.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from egpo.compat.versions import INSTALL, verl_version
+from egpo.settings import EgpoConfigError
+
+OLD_STACK = f"the verl 0.7.1 stack ({INSTALL['0.7.1']}; README, 'Install')"
+
+
+def stack_problems(config: DictConfig, version: str) -> list[str]:
+    if version == "0.7.1":
+        return []
+    problems = []
+    if OmegaConf.select(config, "trainer.use_v1", default=False):
+        problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
+                        "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
+    if config.trainer.get("device", "cuda") == "cpu":
+        problems.append(f"trainer.device=cpu: egpo's CPU backend extends verl 0.7.1's FSDP workers, which verl {version} "
+                        f"removed; the CPU main job runs on {OLD_STACK}")
+    if OmegaConf.select(config, "egpo.probe.enable", default=False):
+        problems.append(f"egpo.probe.enable=true: the probe hooks verl 0.7.1's DataParallelPPOActor, which verl {version} "
+                        f"removed; set ++egpo.probe.enable=false, or probe on {OLD_STACK}")
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
+        problems.append(f"actor_rollout_ref.rollout.name=sglang: egpo patches sglang 0.5.6.post2 (verl 0.7.1's); verl "
+                        f"{version}'s sglang 0.5.12 is not patched yet; use {OLD_STACK} with sglang, or "
+                        "actor_rollout_ref.rollout.name=vllm with ++algorithm.entropy_source=actor")
+    return problems
+
+
+def check_stack(config: DictConfig) -> str:
+    """The installed verl is a tested one, and this config is one its egpo runs. Returns the verl version."""
+    version = verl_version()
+    problems = stack_problems(config, version)
+    if problems:
+        raise EgpoConfigError(f"on verl {version}: " + "; ".join(problems) + ". Nothing was started.")
+    return version
