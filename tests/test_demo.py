@@ -31,7 +31,7 @@ def test_build_is_complete_and_idempotent(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out / "model")
     assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.vocab_size == len(tok)
     start, end = lookup_think_token_ids(tok)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1+2?"}], add_generation_prompt=True)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1+2?"}], add_generation_prompt=True, return_dict=False)
     assert prompt_ends_inside_think(torch.tensor([prompt]), start, end).tolist() == [True]
     train = pd.read_parquet(out / "data" / "train.parquet")
     assert set(train.columns) >= {"data_source", "prompt", "reward_model", "extra_info"}

@@ -31,7 +31,7 @@ def recompute(model, prompt_ids, response_ids, temperature):
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_log_probs_and_entropy_match_the_actor_recompute(model_and_tokenizer, temperature):
     model, tok = model_and_tokenizer
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 3+4?"}], add_generation_prompt=True)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 3+4?"}], add_generation_prompt=True, return_dict=False)
     options = EntropyOptions(temperature_scaled=True)  # the actor's entropy is on scaled logits
     samples = generate_tokens(model, prompt, max_new_tokens=24, temperature=temperature, n=4,
                               stop_token_ids=[tok.eos_token_id], entropy_options=options, generator_seed=0)
@@ -47,7 +47,7 @@ def test_log_probs_and_entropy_match_the_actor_recompute(model_and_tokenizer, te
 
 def test_raw_entropy_differs_from_scaled_away_from_temperature_one(model_and_tokenizer):
     model, tok = model_and_tokenizer
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1+1?"}], add_generation_prompt=True)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 1+1?"}], add_generation_prompt=True, return_dict=False)
     raw = generate_tokens(model, prompt, max_new_tokens=8, temperature=0.5, generator_seed=1)[0]
     _, h_raw = recompute(model, prompt, raw.token_ids, 1.0)
     torch.testing.assert_close(torch.tensor(raw.entropy), h_raw, rtol=1e-4, atol=1e-4)
@@ -55,7 +55,7 @@ def test_raw_entropy_differs_from_scaled_away_from_temperature_one(model_and_tok
 
 def test_greedy_and_stop_tokens(model_and_tokenizer):
     model, tok = model_and_tokenizer
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_dict=False)
     a = generate_tokens(model, prompt, max_new_tokens=12, temperature=0.0)[0]
     b = generate_tokens(model, prompt, max_new_tokens=12, temperature=0.0)[0]
     assert a.token_ids == b.token_ids and len(a.entropy) == len(a.token_ids)
@@ -69,7 +69,7 @@ def test_left_padded_batch_matches_each_prompt_alone(model_and_tokenizer):
     """Prompts of different lengths in one batch: every row scores as if it had been generated alone."""
     model, tok = model_and_tokenizer
     questions = ["What is 1+1?", "What is 12345+67890?", "What is 7+88?"]
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False) for q in questions]
     assert len({len(p) for p in prompts}) == 3
     samples = generate_batch(model, prompts, max_new_tokens=16, temperature=1.0, generator_seed=3,
                              entropy_options=EntropyOptions())

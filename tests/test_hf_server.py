@@ -37,7 +37,7 @@ def make_server(model_path, *overrides) -> HFRolloutServer:
 
 def prompts(server, questions):
     tok = server.model_config.tokenizer
-    return [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
+    return [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False) for q in questions]
 
 
 async def generate_all(server, prompt_list, **params):

@@ -7,7 +7,9 @@ import pytest
 
 from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metrics
 
-pytestmark = pytest.mark.e2e
+from conftest import only_verl_071  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, only_verl_071]
 
 # 4 prompts x 8 samples: enough responses that rewards differ within a group in a step
 COMMON = ("trainer.total_training_steps=2", "actor_rollout_ref.rollout.n=8")

@@ -11,7 +11,9 @@ from egpo.demo.smoke_run import run_smoke, step_metrics
 from test_main_cpu import COMMON, assert_trained
 
 pytest.importorskip("sglang", reason="the sglang CPU install line (README) is not installed")
-pytestmark = pytest.mark.e2e
+from conftest import only_verl_071  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, only_verl_071]
 
 SGLANG = ("actor_rollout_ref.rollout.name=sglang",)
 ROLLOUT_VS_ACTOR_PROBS = "training/rollout_probs_diff_max"
@@ -39,7 +41,7 @@ def demo_prompts(demo, n=4):
 
     tok = AutoTokenizer.from_pretrained(demo / "model")
     rows = pd.read_parquet(demo / "data" / "val.parquet").head(n)
-    return [tok.apply_chat_template(list(r), add_generation_prompt=True) for r in rows["prompt"]]
+    return [tok.apply_chat_template(list(r), add_generation_prompt=True, return_dict=False) for r in rows["prompt"]]
 
 
 def test_rollout_entropy_weight_sync_and_resume(tmp_path, demo):

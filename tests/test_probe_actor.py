@@ -5,6 +5,10 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
+
+from conftest import skip_module_unless_verl_071
+
+skip_module_unless_verl_071()
 from hydra import compose, initialize_config_module
 from omegaconf import open_dict
 from tensordict import TensorDict

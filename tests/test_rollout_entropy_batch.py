@@ -14,8 +14,9 @@ from egpo.rollout.agent_loop import (
     EntropyAgentLoopWorker,
     RolloutEntropyError,
     canonical_sample_order,
-    check_manager_extension_points,
 )
+from egpo.compat.rollout import MANAGER_OWNS_REPLICAS, VerlRolloutShapeError, check_manager_extension_points
+from egpo.compat.versions import verl_version
 from egpo.keys import ROLLOUT_ENTROPY
 
 P, R = 4, 6  # prompt_length, response_length
@@ -92,14 +93,34 @@ def test_entropy_that_does_not_line_up_is_refused():
 
 
 def test_extension_point_guard_fires_on_an_altered_manager(monkeypatch):
-    check_manager_extension_points()  # verl 0.7.1 as installed
+    check_manager_extension_points()  # the installed verl as it is
 
-    def altered_init(self, config, worker_group=None, rollout_resource_pool=None, reward_loop_worker_handles=None):
+    def altered_init(self, config, *args, **kwargs):
         self.rollout_replica_class = None
 
     monkeypatch.setattr(EntropyAgentLoopManager.__mro__[1], "__init__", altered_init)
-    with pytest.raises(RuntimeError, match="Pin verl==0.7.1"):
+    with pytest.raises(VerlRolloutShapeError, match=rf"verl {verl_version()}: AgentLoopManager.__init__ no longer keeps"):
         check_manager_extension_points()
+
+
+def test_replicas_are_chosen_where_this_verl_chooses_them():
+    """0.7.1: egpo's manager presets its replica class; 0.9.1: egpo's hf replica is in verl's registry, which
+    LLMServerManager reads by name."""
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    from egpo.compat.rollout import register_replicas
+    from egpo.rollout.hf.replica import HFRolloutReplica
+
+    register_replicas()
+    if MANAGER_OWNS_REPLICAS[verl_version()]:
+        manager = EntropyAgentLoopManager.__new__(EntropyAgentLoopManager)
+        from egpo.compat.rollout import prepare_manager
+        from omegaconf import OmegaConf
+
+        prepare_manager(manager, OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}))
+        assert manager.rollout_replica_class is HFRolloutReplica
+    else:
+        assert get_rollout_replica_class("hf") is HFRolloutReplica
 
 
 def test_copies_of_a_prompt_get_a_canonical_sample_order_and_keep_their_entropy():

@@ -109,9 +109,9 @@ def test_unsupported_settings_are_refused(change, message):
 
 
 def test_replica_serves_egpos_server():
-    from egpo.rollout.agent_loop import _replica_class
+    from egpo.compat.rollout import replica_class
 
-    assert _replica_class("sglang") is EntropySGLangReplica
+    assert replica_class("sglang") is EntropySGLangReplica
     assert EntropySGLangReplica.__mro__[1].__name__ == "SGLangReplica"
 
 

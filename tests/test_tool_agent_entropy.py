@@ -6,6 +6,10 @@ from typing import Any, Optional
 import pytest
 import torch
 import yaml
+
+from conftest import skip_module_unless_verl_071
+
+skip_module_unless_verl_071()
 from hydra import compose, initialize_config_module
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 from verl.interactions.base import BaseInteraction

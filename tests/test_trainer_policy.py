@@ -1,7 +1,9 @@
 """Which entropy keys exist at advantage time and at actor-update time, for both sources and bypass mode.
 
 The trainer's two overridden methods and verl's own ``compute_advantage`` (as ``fit`` reaches it) run for real;
-only the worker group is a recorder. The end-to-end tests run the same through ``fit`` on CPU.
+what verl's own ``_compute_old_log_prob`` / ``_update_actor`` do with the workers (a DataProto or TensorDict
+round trip, depending on the verl version) is replaced by a recorder, so the same test holds on every verl stack.
+The end-to-end tests run the same through ``fit`` on CPU.
 """
 
 import numpy as np
@@ -33,6 +35,15 @@ class RecordingWorkerGroup:
         self.update_keys = set(batch.batch.keys())
         self.update_meta = dict(batch.meta_info)
         return DataProto(meta_info={"metrics": {"actor/pg_loss": 0.1}})
+
+
+@pytest.fixture(autouse=True)
+def verl_worker_calls(monkeypatch):
+    """verl's methods that egpo's overrides call through super(): straight to the recording worker group."""
+    monkeypatch.setattr(verl_ray_trainer.RayPPOTrainer, "_compute_old_log_prob",
+                        lambda self, batch: (self.actor_rollout_wg.compute_log_prob(batch), 0.0))
+    monkeypatch.setattr(verl_ray_trainer.RayPPOTrainer, "_update_actor",
+                        lambda self, batch: self.actor_rollout_wg.update_actor(batch))
 
 
 def make_trainer(*overrides):

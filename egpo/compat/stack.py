@@ -28,6 +28,10 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
     if OmegaConf.select(config, "egpo.probe.enable", default=False):
         problems.append(f"egpo.probe.enable=true: the probe hooks verl 0.7.1's DataParallelPPOActor, which verl {version} "
                         f"removed; set ++egpo.probe.enable=false, or probe on {OLD_STACK}")
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False):
+        problems.append(f"actor_rollout_ref.rollout.multi_turn.enable=true: verl {version}'s tool-agent loop merges "
+                        "and trims tokens (Continuous-Token) in ways egpo's per-turn entropy does not follow yet; "
+                        f"multi-turn EGPO runs on {OLD_STACK}")
     if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
         problems.append(f"actor_rollout_ref.rollout.name=sglang: egpo patches sglang 0.5.6.post2 (verl 0.7.1's); verl "
                         f"{version}'s sglang 0.5.12 is not patched yet; use {OLD_STACK} with sglang, or "

@@ -37,7 +37,7 @@ def _examples(tokenizer, n: int, rng: random.Random) -> list[tuple[list[int], li
     for _ in range(n):
         a, b = rng.randint(0, 9), rng.randint(0, 9)
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a}+{b}?"}],
-                                               add_generation_prompt=True)
+                                               add_generation_prompt=True, return_dict=False)
         response = tokenizer(trace(a, b, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         out.append((prompt, response))
     return out
@@ -85,7 +85,7 @@ def measure(model_dir: Path, seed: int = 0, prompts: int = 64, samples: int = 4)
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
     rng = random.Random(seed + 1)
     questions = [(rng.randint(0, 9), rng.randint(0, 9)) for _ in range(prompts)]
-    batch = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a}+{b}?"}], add_generation_prompt=True)
+    batch = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a}+{b}?"}], add_generation_prompt=True, return_dict=False)
              for a, b in questions for _ in range(samples)]
     outs = generate_batch(model, batch, max_new_tokens=32, temperature=1.0, stop_token_ids=[tokenizer.eos_token_id],
                           pad_token_id=tokenizer.pad_token_id, generator_seed=seed)

@@ -7,13 +7,13 @@ first and writes a padded ``(bs, response_length)`` float32 tensor aligned with 
 into the batch, in every worker, so ``DataProto.concat`` across workers sees the same keys.
 
 :class:`EntropyAgentLoopManager` is verl's ``AgentLoopManager`` with this worker and with egpo's replica for
-rollout names egpo serves (``hf``, ``sglang``); other names keep verl's replica (and return no entropy). egpo's trainer config selects it through
+rollout names egpo serves (``hf``, ``sglang``); other names keep verl's replica (and return no entropy). Where the
+replica is chosen depends on the verl version (:mod:`egpo.compat.rollout`). egpo.main selects this manager through
 ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``.
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 
 import ray
@@ -118,49 +118,30 @@ def register_entropy_tool_agent() -> None:
 
 class EntropyAgentLoopWorker(AgentLoopWorker):
     def __init__(self, *args, **kwargs):
-        register_entropy_tool_agent()
+        from egpo.compat.rollout import tool_loop_follows_verl
+
+        if tool_loop_follows_verl():
+            register_entropy_tool_agent()
         super().__init__(*args, **kwargs)
 
-    def _postprocess(self, inputs, input_non_tensor_batch=None):
+    def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):
         inputs = canonical_sample_order(inputs, input_non_tensor_batch)
         entropy = collect_rollout_entropy(
             inputs, self.rollout_config.response_length, required=_entropy_required(self.config)
         )
-        output = super()._postprocess(inputs, input_non_tensor_batch=input_non_tensor_batch)
+        output = super()._postprocess(inputs, input_non_tensor_batch=input_non_tensor_batch, **kwargs)
         if entropy is not None:
             output.batch[ROLLOUT_ENTROPY] = entropy
         return output
 
 
-def _replica_class(rollout_name: str):
-    if rollout_name == "hf":
-        from egpo.rollout.hf.replica import HFRolloutReplica
-
-        return HFRolloutReplica
-    if rollout_name == "sglang":
-        from egpo.rollout.sglang.replica import EntropySGLangReplica
-
-        return EntropySGLangReplica
-    from verl.workers.rollout.replica import get_rollout_replica_class
-
-    return get_rollout_replica_class(rollout_name)
-
-
-def check_manager_extension_points() -> None:
-    """verl 0.7.1's manager keeps ``rollout_replica_class`` / ``agent_loop_workers_class`` set before __init__."""
-    source = inspect.getsource(AgentLoopManager.__init__)
-    if 'hasattr(self, "rollout_replica_class")' not in source or 'hasattr(self, "agent_loop_workers_class")' not in source:
-        raise RuntimeError(
-            "verl's AgentLoopManager.__init__ no longer keeps a preset rollout_replica_class / agent_loop_workers_class "
-            "(verl 0.7.1 does); egpo's rollout entropy path cannot plug in. Pin verl==0.7.1."
-        )
-    if "_postprocess" not in AgentLoopWorker.__dict__:
-        raise RuntimeError("verl's AgentLoopWorker has no _postprocess (verl 0.7.1 does); pin verl==0.7.1")
-
-
 class EntropyAgentLoopManager(AgentLoopManager):
-    def __init__(self, config, worker_group=None, rollout_resource_pool=None, reward_loop_worker_handles=None):
-        check_manager_extension_points()
-        self.rollout_replica_class = _replica_class(config.actor_rollout_ref.rollout.name)
+    """verl's manager with egpo's worker (and, where the manager owns them, egpo's replicas); verl's arguments pass
+    through unchanged (they differ between verl versions)."""
+
+    def __init__(self, config, *args, **kwargs):
+        from egpo.compat.rollout import prepare_manager
+
+        prepare_manager(self, config)
         self.agent_loop_workers_class = ray.remote(EntropyAgentLoopWorker)
-        super().__init__(config, worker_group, rollout_resource_pool, reward_loop_worker_handles)
+        super().__init__(config, *args, **kwargs)

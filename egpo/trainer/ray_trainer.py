@@ -26,6 +26,9 @@ from egpo.trainer.metrics import entropy_agreement, format_step_summary
 
 class EgpoRayPPOTrainer(RayPPOTrainer):
     def __init__(self, config, *args, **kwargs):
+        from egpo.compat.rollout import register_replicas
+
+        register_replicas()  # before init_workers: where this verl resolves replicas by name
         super().__init__(config, *args, **kwargs)
         self.egpo = EgpoSettings.from_algorithm(config.algorithm)
         register_estimator()

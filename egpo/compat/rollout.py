@@ -1,0 +1,81 @@
+"""Where rollout replicas are chosen, and what egpo's agent-loop manager presets, per verl version.
+
+* 0.7.1: ``AgentLoopManager`` owns the replicas; its ``__init__`` keeps a preset ``rollout_replica_class`` and
+  ``agent_loop_workers_class``, so egpo's manager presets both.
+* 0.9.1: ``LLMServerManager`` owns them (built by the trainer before the agent-loop manager, from
+  ``get_rollout_replica_class(name)``); egpo registers its replicas in verl's ``RolloutReplicaRegistry`` in the
+  trainer's process, and its manager presets only ``agent_loop_workers_class``. Its tool-agent loop merges tokens
+  (Continuous-Token trimming) in ways egpo's per-turn entropy does not follow yet: multi-turn is refused there at
+  start-up (:mod:`egpo.compat.stack`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from egpo.compat.versions import verl_version
+
+MANAGER_OWNS_REPLICAS = {"0.7.1": True, "0.9.1": False}
+TOOL_LOOP_FOLLOWS = {"0.7.1": True, "0.9.1": False}  # egpo's tool-agent loop follows this verl's token merging
+REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica"}  # 0.9.1: names egpo adds to verl's registry
+
+
+class VerlRolloutShapeError(RuntimeError):
+    pass
+
+
+def replica_class(rollout_name: str):
+    """egpo's replica for the names it serves (``hf``, ``sglang``), verl's for every other."""
+    if rollout_name == "hf":
+        from egpo.rollout.hf.replica import HFRolloutReplica
+
+        return HFRolloutReplica
+    if rollout_name == "sglang":
+        from egpo.rollout.sglang.replica import EntropySGLangReplica
+
+        return EntropySGLangReplica
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    return get_rollout_replica_class(rollout_name)
+
+
+def check_manager_extension_points(version: str | None = None) -> None:
+    """verl's manager keeps the classes egpo presets before its ``__init__``; the worker has ``_postprocess``."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+
+    version = version or verl_version()
+    source = inspect.getsource(AgentLoopManager.__init__)
+    kept = ["agent_loop_workers_class", *(["rollout_replica_class"] if MANAGER_OWNS_REPLICAS[version] else [])]
+    missing = [name for name in kept if f'hasattr(self, "{name}")' not in source]
+    if missing:
+        raise VerlRolloutShapeError(
+            f"verl {version}: AgentLoopManager.__init__ no longer keeps a preset {', '.join(missing)}; egpo's rollout "
+            "entropy path cannot plug in"
+        )
+    if "_postprocess" not in AgentLoopWorker.__dict__:
+        raise VerlRolloutShapeError(f"verl {version}: AgentLoopWorker has no _postprocess; egpo cannot add rollout entropy")
+
+
+def prepare_manager(manager, config) -> None:
+    """In egpo's manager, before verl's ``__init__``: the checks, and the replica class where the manager owns it."""
+    version = verl_version()
+    check_manager_extension_points(version)
+    if MANAGER_OWNS_REPLICAS[version]:
+        manager.rollout_replica_class = replica_class(config.actor_rollout_ref.rollout.name)
+
+
+def register_replicas() -> None:
+    """In the trainer's process, before its workers start (0.9.1: the replicas' owner resolves them by name)."""
+    if MANAGER_OWNS_REPLICAS[verl_version()]:
+        return
+    import importlib
+
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    for name, target in REGISTERED.items():
+        module, _, attr = target.partition(":")
+        RolloutReplicaRegistry.register(name, lambda module=module, attr=attr: getattr(importlib.import_module(module), attr))
+
+
+def tool_loop_follows_verl() -> bool:
+    return TOOL_LOOP_FOLLOWS[verl_version()]
