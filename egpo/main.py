@@ -101,7 +101,9 @@ class EgpoTaskRunner(ENTRY.task_runner):
 
     def add_actor_rollout_worker(self, config):
         """verl's FSDP worker, replaced by egpo's when it needs one: :class:`egpo.cpu.worker.CpuActorRolloutRefWorker`
-        on ``trainer.device=cpu``, :class:`egpo.probe.worker.ProbeActorRolloutRefWorker` with ``egpo.probe.enable``."""
+        on ``trainer.device=cpu``, :class:`egpo.probe.worker.ProbeActorRolloutRefWorker` with ``egpo.probe.enable``.
+        Both extend verl 0.7.1's ``fsdp_workers``; on verl 0.9.1 those runs are refused at start-up
+        (:mod:`egpo.compat.stack`), so this swap is only reached on 0.7.1."""
         from egpo.probe.settings import WORKER_KEY, ProbeSettings
 
         actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
