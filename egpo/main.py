@@ -12,9 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer import main_ppo
 
 from egpo.advantage.registry import register as register_estimator
-from egpo.compat.entry import verl_entry
 from egpo.compat.stack import check_stack
 from egpo.preflight.paths import resolve_local_paths
+from egpo.runner import EgpoTaskRunner
 from egpo.settings import EgpoSettings
 from egpo.trainer.config import resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
@@ -64,6 +64,10 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
     build_demo_if_missing(config)
     resolve_local_paths(config)
     pass_probe_settings_to_workers(config)
+    if config.trainer.get("device", "cuda") == "cpu":
+        from egpo.cpu.platform import select_cpu_platform
+
+        select_cpu_platform(config)
     auto_set_device(config)
     check_cpu_backend(config)
     select_agent_loop_manager(config, settings)
@@ -81,53 +85,6 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
 
         startup_preflight(config)
     return config
-
-
-ENTRY = verl_entry()  # verl's task runner for the installed version (egpo.compat.entry), checked at import
-
-
-class EgpoTaskRunner(ENTRY.task_runner):
-    """verl's TaskRunner building :class:`egpo.trainer.ray_trainer.EgpoRayPPOTrainer` instead of RayPPOTrainer.
-
-    ``TaskRunner.run`` constructs the trainer by its module's global name ``RayPPOTrainer``; this runner lives in
-    its own Ray actor process, where that name is pointed at egpo's subclass before verl's ``run`` executes.
-    """
-
-    def run(self, config):
-        from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
-
-        ENTRY.install_trainer(EgpoRayPPOTrainer)
-        return super().run(config)
-
-    def add_actor_rollout_worker(self, config):
-        """verl's FSDP worker, replaced by egpo's when it needs one: :class:`egpo.cpu.worker.CpuActorRolloutRefWorker`
-        on ``trainer.device=cpu``, :class:`egpo.probe.worker.ProbeActorRolloutRefWorker` with ``egpo.probe.enable``.
-        Both extend verl 0.7.1's ``fsdp_workers``; on verl 0.9.1 those runs are refused at start-up
-        (:mod:`egpo.compat.stack`), so this swap is only reached on 0.7.1."""
-        from egpo.probe.settings import WORKER_KEY, ProbeSettings
-
-        actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
-        on_cpu = config.trainer.get("device", "cuda") == "cpu"
-        probe = ProbeSettings.from_config(config.actor_rollout_ref.get(WORKER_KEY, None)).enable
-        if not (on_cpu or probe):
-            return actor_rollout_cls, worker_group_cls
-        from verl.trainer.ppo.ray_trainer import Role
-        from verl.workers.fsdp_workers import AsyncActorRolloutRefWorker
-
-        if actor_rollout_cls is not AsyncActorRolloutRefWorker:
-            raise RuntimeError(
-                f"egpo's workers extend verl's fsdp_workers.AsyncActorRolloutRefWorker, but verl chose "
-                f"{actor_rollout_cls.__module__}.{actor_rollout_cls.__qualname__}; set actor_rollout_ref.actor.strategy=fsdp2 "
-                "and trainer.use_legacy_worker_impl=auto"
-            )
-        if on_cpu:
-            from egpo.cpu.worker import CpuActorRolloutRefWorker as worker_cls
-        else:
-            from egpo.probe.worker import ProbeActorRolloutRefWorker as worker_cls
-        for role in (Role.ActorRollout, Role.ActorRolloutRef):
-            if role in self.role_worker_mapping:
-                self.role_worker_mapping[role] = ray.remote(worker_cls)
-        return worker_cls, worker_group_cls
 
 
 def run(config: DictConfig) -> None:

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from egpo.report import load_runs, write_report
-from conftest import only_verl_071
 from test_recipes import RECIPES
 
 
@@ -37,7 +36,6 @@ def test_report_tables_from_hand_made_runs(tmp_path):
 
 
 @pytest.mark.e2e
-@only_verl_071
 def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
     """As a new user types it: from a working directory, a relative --out and relative data paths."""
     import shutil

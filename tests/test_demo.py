@@ -60,3 +60,11 @@ def test_warm_start_is_seeded_and_lands_in_the_regime_of_thinking_models(tmp_pat
     assert 0.1 <= measured["cot_entropy_mean"] <= 1.5, measured  # real thinking models: well under 1 nat a token
     assert 0.2 <= measured["accuracy"] <= 0.6, measured  # solves a real but partial share
     assert measured["think_closed"] > 0.9, measured
+
+
+def test_step_lines_parse_under_numpy_2():
+    """verl reduces metrics with numpy; under numpy 2 its console line shows np.float64(...) reprs."""
+    from egpo.demo.smoke_run import step_metrics
+
+    line = "(EgpoTaskRunner pid=1) step:2 - egpo/bonus_mean:np.float64(0.25) - actor/entropy:4.5 - n:np.int64(7) - x:abc"
+    assert step_metrics(line) == {2: {"egpo/bonus_mean": 0.25, "actor/entropy": 4.5, "n": 7.0}}

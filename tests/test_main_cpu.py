@@ -9,7 +9,7 @@ from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metric
 
 from conftest import only_verl_071  # noqa: E402
 
-pytestmark = [pytest.mark.e2e, only_verl_071]
+pytestmark = pytest.mark.e2e
 
 # 4 prompts x 8 samples: enough responses that rewards differ within a group in a step
 COMMON = ("trainer.total_training_steps=2", "actor_rollout_ref.rollout.n=8")
@@ -75,6 +75,7 @@ DYNAMIC = ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.ac
            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null")
 
 
+@only_verl_071
 def test_entropy_probe_in_the_main_job(tmp_path, demo):
     """Probe on (attribution included, dynamic batch sizes): finite probe/ metrics every step, and the same weights
     after 2 steps as with the probe off."""

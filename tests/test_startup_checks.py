@@ -297,12 +297,14 @@ def test_stack_refusals_name_their_fix():
     """What a stack's egpo cannot run is refused before Ray (tested on both stacks: the rules are per version)."""
     from egpo.compat.stack import stack_problems
 
-    cfg = smoke("++trainer.use_v1=true", "++egpo.probe.enable=true", "actor_rollout_ref.rollout.name=sglang")
+    cfg = smoke("++trainer.use_v1=true", "++egpo.probe.enable=true", "actor_rollout_ref.rollout.name=sglang",
+                "++actor_rollout_ref.rollout.multi_turn.enable=true")
     assert stack_problems(cfg, "0.7.1") == []
     problems = " ".join(stack_problems(cfg, "0.9.1"))
-    for expected in ("set ++trainer.use_v1=false", "trainer.device=cpu", "set ++egpo.probe.enable=false",
-                     "rollout.name=sglang", "pip install -e '.[verl071]'"):
+    for expected in ("set ++trainer.use_v1=false", "set ++egpo.probe.enable=false", "rollout.name=sglang",
+                     "multi_turn.enable=true", "pip install -e '.[verl071]'"):
         assert expected in problems
+    assert stack_problems(smoke(), "0.9.1") == []  # the CPU main job (trainer.device=cpu, hf rollout) runs there
     # the suggested use_v1 fix, pasted, clears that refusal
     assert not any("use_v1" in p for p in stack_problems(smoke("++trainer.use_v1=true", "++trainer.use_v1=false"), "0.9.1"))
 

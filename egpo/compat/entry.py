@@ -3,7 +3,9 @@
 Both tested versions build the trainer inside ``TaskRunner.run`` by the module-level name ``RayPPOTrainer``, so
 egpo's runner points that name at its trainer in its own Ray actor process and runs verl's ``run`` unchanged. What
 moved: in 0.9.1 the runner lives in ``main_ppo_v0`` and is decorated ``@ray.remote`` (the plain class is its
-``__ray_actor_class__``); ``main_ppo.run_ppo(config, task_runner_class)`` is the same in both.
+``__ray_actor_class__``, which adds only ``__init__`` and ``run`` to ``BaseTaskRunner``); egpo's runner extends the
+plain base class there (reachable by its module path, as Ray's pickling needs) and runs verl's ``run`` function.
+``main_ppo.run_ppo(config, task_runner_class)`` is the same in both.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from egpo.compat.versions import verl_version
 
 # tested version -> the module holding TaskRunner (whose run builds RayPPOTrainer by that module's global name)
 RUNNER_MODULE = {"0.7.1": "verl.trainer.main_ppo", "0.9.1": "verl.trainer.main_ppo_v0"}
+# the class egpo's runner extends: a plain class at its module path (0.9.1's TaskRunner name holds a Ray actor class)
+RUNNER_BASE = {"0.7.1": "TaskRunner", "0.9.1": "BaseTaskRunner"}
 TRAINER_NAME = "RayPPOTrainer"
 
 
@@ -27,7 +31,8 @@ class VerlEntryShapeError(RuntimeError):
 class VerlEntry:
     version: str
     runner_module: ModuleType
-    task_runner: type  # the plain class (not a Ray actor class)
+    task_runner: type  # verl's runner, the plain class (not a Ray actor class)
+    base: type  # the class egpo's runner extends
 
     def install_trainer(self, trainer_cls: type) -> None:
         """In the runner's process: ``run`` builds ``trainer_cls`` where it builds verl's trainer."""
@@ -45,4 +50,9 @@ def verl_entry() -> VerlEntry:
     if TRAINER_NAME not in runner.run.__code__.co_names or not hasattr(module, TRAINER_NAME):
         raise VerlEntryShapeError(f"{where}.run no longer builds the trainer by the module name {TRAINER_NAME}; egpo "
                                   "cannot install its trainer")
-    return VerlEntry(version, module, runner)
+    base = getattr(module, RUNNER_BASE[version], None)
+    if not isinstance(base, type) or not issubclass(runner, base) or set(vars(runner)) - set(vars(base)) - {
+            "__init__", "run", "__doc__", "__module__", "__qualname__", "__dict__", "__weakref__"}:
+        raise VerlEntryShapeError(f"{where} adds more than __init__ and run to {module.__name__}.{RUNNER_BASE[version]}"
+                                  " (egpo's runner extends that base and runs verl's run)")
+    return VerlEntry(version, module, runner, base)

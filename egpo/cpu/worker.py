@@ -14,27 +14,11 @@ Selected by ``trainer.device=cpu`` (see :class:`egpo.main.EgpoTaskRunner`). Diff
 
 from __future__ import annotations
 
-import datetime
-import os
-
-import torch.distributed
 from egpo.cpu.memory import install_cpu_memory_stats
+from egpo.cpu.process_group import init_gloo_process_group
 from egpo.cpu.sglang_rollout import prepare_worker_for_sglang
 from egpo.probe.worker import ProbeActorRolloutRefWorker
 from egpo.rollout.hf.adapter import register_hf_rollout
-
-
-def init_gloo_process_group(timeout_s: int = 600) -> None:
-    """The process group verl would create, with the gloo backend only. No-op if one exists."""
-    if torch.distributed.is_initialized():
-        return
-    torch.distributed.init_process_group(
-        backend="gloo",
-        rank=int(os.environ.get("RANK", 0)),
-        world_size=int(os.environ.get("WORLD_SIZE", 1)),
-        timeout=datetime.timedelta(seconds=timeout_s),
-        init_method=os.environ.get("DIST_INIT_METHOD", None),
-    )
 
 
 class CpuActorRolloutRefWorker(ProbeActorRolloutRefWorker):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
+# verl reduces metrics with numpy; under numpy 2 its console line shows them as np.float64(...) reprs
+NUMPY_REPR = re.compile(r"^np\.\w+\((.*)\)$")
 
 
 def run_smoke(workdir: Path, demo: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -33,6 +35,7 @@ def step_metrics(output: str) -> dict[int, dict[str, float]]:
         metrics = {}
         for part in match.group(2).split(" - "):
             key, _, value = part.rpartition(":")
+            value = NUMPY_REPR.sub(r"\1", value.strip())
             try:
                 metrics[key.strip()] = float(value)
             except ValueError:

@@ -11,8 +11,9 @@ from egpo.rollout.hf.server import HFRolloutServer
 
 
 class HFRolloutReplica(RolloutReplica):
-    def __init__(self, replica_rank, config, model_config, gpus_per_node: int = 8, is_reward_model: bool = False):
-        super().__init__(replica_rank, config, model_config, gpus_per_node, is_reward_model)
+    def __init__(self, replica_rank, config, model_config, gpus_per_node: int = 8, is_reward_model: bool = False,
+                 **kwargs):
+        super().__init__(replica_rank, config, model_config, gpus_per_node, is_reward_model, **kwargs)
         if is_reward_model:
             raise NotImplementedError("the hf rollout does not serve reward models")
         self.server_class = ray.remote(HFRolloutServer)

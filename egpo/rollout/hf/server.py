@@ -111,7 +111,13 @@ class HFRolloutServer:
     async def clear_kv_cache(self):  # no cache outlives a batch
         return None
 
-    async def abort_all_requests(self):
+    async def release_kv_cache(self):
+        return None
+
+    async def resume_kv_cache(self):
+        return None
+
+    async def abort_all_requests(self, reject_request: bool = False):
         return None
 
     async def resume_generation(self):
@@ -124,10 +130,11 @@ class HFRolloutServer:
         return None
 
     # ------------------------------------------------------------------ generation
-    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None):
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None, **kwargs):
+        """verl's server ``generate`` (0.9.1 calls it with keywords and may add multimodal ones: refused if set)."""
         from verl.workers.rollout.replica import TokenOutput
 
-        if image_data or video_data:
+        if image_data or video_data or any(v for k, v in kwargs.items() if k.endswith(("_data", "_kwargs"))):
             raise NotImplementedError("the hf rollout server is text-only")
         prompt = [int(t) for t in prompt_ids]
         sampling = resolve_sampling(

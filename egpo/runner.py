@@ -1,0 +1,48 @@
+"""egpo's task runner: verl's, building egpo's trainer (and, where a run needs them, egpo's workers).
+
+It lives in its own module, not in ``egpo.main``: ``python -m egpo.main`` runs that module as ``__main__``, whose
+classes Ray pickles by value, and with them a by-value copy of verl's ``TaskRunner.run`` whose globals no longer
+are verl's module (on verl 0.9.1 the plain runner class is not reachable by its module path, which holds the Ray
+actor class). Imported from here, Ray sends a reference and the runner's process imports verl's own ``run``.
+"""
+
+from __future__ import annotations
+
+import ray
+
+from egpo.compat.entry import verl_entry
+
+ENTRY = verl_entry()  # verl's task runner for the installed version (egpo.compat.entry), checked at import
+
+
+class EgpoTaskRunner(ENTRY.base):
+    """verl's TaskRunner building :class:`egpo.trainer.ray_trainer.EgpoRayPPOTrainer` instead of RayPPOTrainer.
+
+    ``TaskRunner.run`` constructs the trainer by its module's global name ``RayPPOTrainer``; this runner lives in
+    its own Ray actor process, where that name is pointed at egpo's subclass before verl's ``run`` executes.
+    """
+
+    def run(self, config):
+        from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
+
+        ENTRY.install_trainer(EgpoRayPPOTrainer)
+        return ENTRY.task_runner.run(self, config)
+
+    def add_actor_rollout_worker(self, config):
+        """verl's actor/rollout worker, replaced by egpo's where a run needs one (:mod:`egpo.compat.workers`): the CPU
+        worker on ``trainer.device=cpu``, the probe worker with ``egpo.probe.enable``."""
+        from verl.trainer.ppo.ray_trainer import Role
+
+        from egpo.compat.workers import replacement_worker
+        from egpo.probe.settings import WORKER_KEY, ProbeSettings
+
+        actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
+        on_cpu = config.trainer.get("device", "cuda") == "cpu"
+        probe = ProbeSettings.from_config(config.actor_rollout_ref.get(WORKER_KEY, None)).enable
+        worker_cls = replacement_worker(actor_rollout_cls, on_cpu, probe)
+        if worker_cls is None:
+            return actor_rollout_cls, worker_group_cls
+        for role in (Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(worker_cls)
+        return worker_cls, worker_group_cls
