@@ -56,15 +56,6 @@ def run_name(arm: str, seed: int) -> str:
     return f"{arm}__seed{seed}"
 
 
-def compose(config_path: str, config_name: str, overrides: list[str]):
-    """The composed config (validates the overrides before any run starts)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
-        return hydra_compose(config_name=config_name, overrides=overrides)
-
-
 def run_one(out: Path, config_path: str, config_name: str, arm: str, seed: int, steps: int,
             overrides: list[str], demo: Path | None, timeout: int) -> dict:
     work = out / run_name(arm, seed)
@@ -116,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
 
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    config = compose(args.config_path, args.config_name, list(args.overrides))
+    from egpo.preflight.__main__ import compose
+
+    config = compose(args.config_path, args.config_name, list(args.overrides))  # validates the overrides first
     demo = None
     if config.get("egpo_demo", None) is not None:
         from egpo.demo.build import build

@@ -16,7 +16,7 @@ from egpo.compat.stack import check_stack
 from egpo.preflight.paths import resolve_local_paths
 from egpo.runner import EgpoTaskRunner
 from egpo.settings import EgpoSettings
-from egpo.trainer.config import resolve_think_token_ids
+from egpo.trainer.config import load_tokenizer, resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
 from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path, select_agent_loop_manager
 
@@ -74,12 +74,7 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
     check_rollout_entropy_path(config, settings)
     config = migrate_legacy_reward_impl(config)
     if settings.enabled:
-        from verl.utils import hf_tokenizer
-        from verl.utils.fs import copy_to_local
-
-        path = copy_to_local(config.actor_rollout_ref.model.path, use_shm=False)
-        tokenizer = hf_tokenizer(path, trust_remote_code=config.data.get("trust_remote_code", False))
-        resolve_think_token_ids(config, tokenizer)
+        resolve_think_token_ids(config, load_tokenizer(config))
     if preflight:
         from egpo.preflight import startup_preflight
 

@@ -9,15 +9,15 @@ ones (everything but tokenizing the prompts) before Ray starts and refuses a run
 from __future__ import annotations
 
 from egpo.preflight.batch import batch_findings
-from egpo.preflight.budget import Budget, budget_findings
+from egpo.preflight.budget import budget_findings
 from egpo.preflight.data import file_findings, inspect_split, prompt_length_findings
 from egpo.preflight.findings import Finding
 from egpo.preflight.loggers import logger_findings
 
-__all__ = ["Budget", "Finding", "preflight_findings", "startup_preflight"]
+__all__ = ["Finding", "preflight_findings", "startup_preflight"]
 
 
-def preflight_findings(config, tokenizer=None) -> tuple[list[Finding], Budget]:
+def preflight_findings(config, tokenizer=None) -> list[Finding]:
     """Every finding for a prepared config; with a tokenizer also the prompt lengths (seconds per 10k prompts)."""
     findings: list[Finding] = []
     rows = {}
@@ -33,18 +33,17 @@ def preflight_findings(config, tokenizer=None) -> tuple[list[Finding], Budget]:
             findings += lengths
             if kept is not None:
                 rows[key] = kept
-    budget_part, budget = budget_findings(config, rows["data.train_files"], rows["data.val_files"])
-    findings += budget_part
+    findings += budget_findings(config, rows["data.train_files"], rows["data.val_files"])
     findings += logger_findings(config)
     findings += batch_findings(config)
-    return findings, budget
+    return findings
 
 
 def startup_preflight(config, echo=print) -> list[Finding]:
     """At start-up: the cheap findings; errors stop the run (EgpoConfigError), warnings and facts are printed."""
     from egpo.settings import EgpoConfigError
 
-    findings, _ = preflight_findings(config)
+    findings = preflight_findings(config)
     errors = [f for f in findings if f.level == "error"]
     if errors:
         raise EgpoConfigError("preflight: " + "; ".join(f.text for f in errors) +

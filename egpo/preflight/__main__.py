@@ -23,19 +23,12 @@ def compose(config_path: str | None, config_name: str, overrides: list[str]):
         return hydra_compose(config_name=config_name, overrides=overrides)
 
 
-def load_tokenizer(config):
-    from verl.utils import hf_tokenizer
-    from verl.utils.fs import copy_to_local
-
-    path = copy_to_local(config.actor_rollout_ref.model.path, use_shm=False)
-    return hf_tokenizer(path, trust_remote_code=config.data.get("trust_remote_code", False))
-
-
 def run(config_path: str | None, config_name: str, overrides: list[str]) -> tuple[int, list[str]]:
     from egpo.main import prepare_config
     from egpo.preflight import preflight_findings
     from egpo.preflight.findings import error
     from egpo.settings import EgpoConfigError
+    from egpo.trainer.config import load_tokenizer
 
     config = compose(config_path, config_name, overrides)
     findings = []
@@ -50,8 +43,7 @@ def run(config_path: str | None, config_name: str, overrides: list[str]) -> tupl
         findings.append(error("model", f"cannot load the tokenizer of actor_rollout_ref.model.path="
                                        f"{config.actor_rollout_ref.model.path} ({type(err).__name__}: {err}); prompt "
                                        "lengths were not measured"))
-    more, _ = preflight_findings(config, tokenizer)
-    findings += more
+    findings += preflight_findings(config, tokenizer)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     lines = [f"preflight {config_name} {' '.join(overrides)}".rstrip(), *(f.line() for f in findings),

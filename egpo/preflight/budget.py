@@ -42,7 +42,7 @@ def _fmt(n: int | None) -> str:
     return "?" if n is None else f"{n:,}"
 
 
-def budget_findings(config, train_rows: int | None, val_rows: int | None) -> tuple[list[Finding], Budget]:
+def budget_findings(config, train_rows: int | None, val_rows: int | None) -> list[Finding]:
     data, trainer = config.data, config.trainer
     rollout = config.actor_rollout_ref.rollout
     batch = int(data.train_batch_size)
@@ -98,4 +98,4 @@ def budget_findings(config, train_rows: int | None, val_rows: int | None) -> tup
                                                 "greedily, and a thinking model decodes greedily into loops up to the "
                                                 "length cap; set actor_rollout_ref.rollout.val_kwargs.do_sample=true "
                                                 "(Qwen3 thinking: temperature=0.6 top_p=0.95 top_k=20)"))
-    return findings, budget
+    return findings

@@ -69,3 +69,12 @@ def warn_on_temperature_mismatch(config: DictConfig, settings: EgpoSettings) -> 
         logger.warning(message)
         return message
     return None
+
+
+def load_tokenizer(config):
+    """The tokenizer of ``actor_rollout_ref.model.path``, loaded as verl loads it."""
+    from verl.utils import hf_tokenizer
+    from verl.utils.fs import copy_to_local
+
+    path = copy_to_local(config.actor_rollout_ref.model.path, use_shm=False)
+    return hf_tokenizer(path, trust_remote_code=config.data.get("trust_remote_code", False))
