@@ -7,7 +7,6 @@ import pytest
 
 from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metrics
 
-from conftest import only_verl_071  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -75,7 +74,6 @@ DYNAMIC = ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.ac
            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null")
 
 
-@only_verl_071
 def test_entropy_probe_in_the_main_job(tmp_path, demo):
     """Probe on (attribution included, dynamic batch sizes): finite probe/ metrics every step, and the same weights
     after 2 steps as with the probe off."""

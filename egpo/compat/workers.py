@@ -3,7 +3,8 @@
 * 0.7.1: verl's FSDP worker (``fsdp_workers.AsyncActorRolloutRefWorker``); egpo's CPU worker and probe worker
   extend it.
 * 0.9.1: verl's engine worker (``engine_workers.ActorRolloutRefWorker``, the only one left); egpo's CPU worker
-  extends it, with the ``cpu`` platform. The probe does not stand on it yet (refused at start-up there).
+  extends it, with the ``cpu`` platform; the probe worker sets its ``actor_worker_cls`` to a probed
+  ``TrainingWorker``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ VERL_WORKER = {"0.7.1": "verl.workers.fsdp_workers.AsyncActorRolloutRefWorker",
                "0.9.1": "verl.workers.engine_workers.ActorRolloutRefWorker"}
 CPU_WORKER = {"0.7.1": "egpo.cpu.worker.CpuActorRolloutRefWorker",
               "0.9.1": "egpo.cpu.engine_worker.CpuEngineActorRolloutRefWorker"}
-PROBE_WORKER = {"0.7.1": "egpo.probe.worker.ProbeActorRolloutRefWorker"}
+PROBE_WORKER = {"0.7.1": "egpo.probe.worker.ProbeActorRolloutRefWorker",
+                "0.9.1": "egpo.probe.engine_worker.ProbeEngineActorRolloutRefWorker"}
 
 
 def _load(path: str):

@@ -7,14 +7,15 @@ Selected by ``trainer.device=cpu`` on verl 0.9.1 (:mod:`egpo.compat.workers`), w
   as a duplicate device type; verl skips its own init when a group exists);
 * verl's FSDP engines registered for the ``cpu`` device (verl registers them for ``cuda`` and ``npu``);
 * the ``hf`` rollout (:mod:`egpo.rollout.hf`) in verl's rollout registry, so the trainer's weights reach egpo's
-  HF rollout server every step.
+  HF rollout server every step;
+
+and the entropy probe's hook (:mod:`egpo.probe.engine_worker`), active when ``egpo.probe.enable``.
 """
 
 from __future__ import annotations
 
-from verl.workers.engine_workers import ActorRolloutRefWorker
-
 from egpo.cpu.process_group import init_gloo_process_group
+from egpo.probe.engine_worker import ProbeEngineActorRolloutRefWorker
 from egpo.rollout.hf.adapter import register_hf_rollout
 
 ENGINES = (("language_model", "FSDPEngineWithLMHead"), ("value_model", "FSDPEngineWithValueHead"))
@@ -31,7 +32,7 @@ def register_cpu_engines() -> None:
                 EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(getattr(transformer_impl, name))
 
 
-class CpuEngineActorRolloutRefWorker(ActorRolloutRefWorker):
+class CpuEngineActorRolloutRefWorker(ProbeEngineActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         init_gloo_process_group(int(config.get("nccl_timeout", 600)))
         register_cpu_engines()

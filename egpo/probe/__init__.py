@@ -10,5 +10,8 @@ Plain tensor / optimizer code, independent of verl:
 * :mod:`attribution` - same-prompt / cross-prompt block totals from per-group gradients, the bias-free
   variants, and the per-sequence kernel K1 on request;
 * :mod:`ground_truth` - the exact on-policy sequence entropy of a small-vocabulary model, for validation;
-* :mod:`actor_probe`, :mod:`worker`, :mod:`settings` - the probe inside verl's actor (``egpo.probe.*``).
+* :mod:`update_probe` - the probe around one actor update, whatever runs its passes; :mod:`settings` - its
+  switches (``egpo.probe.*``);
+* :mod:`actor_probe`, :mod:`worker` - its passes inside verl 0.7.1's FSDP actor (``DataParallelPPOActor``);
+* :mod:`engine_probe`, :mod:`engine_worker` - its passes inside verl 0.9.1's engine ``TrainingWorker``.
 """

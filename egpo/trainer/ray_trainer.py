@@ -6,7 +6,8 @@ Two verl methods are overridden, nothing else:
   ``entropy_source=actor`` the same tensor is also kept under ``egpo_actor_entropy`` so it survives until
   the advantage. Whenever the rollout's entropy is in the batch too, their agreement is measured here.
 * ``_update_actor``: egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
-  step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed.
+  step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed. The entropy
+  probe's metrics are logged as ``probe/*`` on either worker API.
 
 The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
 """
@@ -22,6 +23,8 @@ from egpo.settings import EgpoSettings
 from egpo.trainer.config import warn_on_temperature_mismatch
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
 from egpo.trainer.metrics import entropy_agreement, format_step_summary
+
+ENGINE_PROBE_PREFIX = "actor/probe/"
 
 
 class EgpoRayPPOTrainer(RayPPOTrainer):
@@ -56,7 +59,10 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             if key in batch.batch.keys():
                 batch.batch.pop(key)
         actor_output = super()._update_actor(batch)
-        actor_output.meta_info.setdefault("metrics", {}).update(step_metrics)
+        metrics = actor_output.meta_info.setdefault("metrics", {})
+        for key in [k for k in metrics if k.startswith(ENGINE_PROBE_PREFIX)]:  # verl's engine path prefixes "actor/"
+            metrics[key[len("actor/"):]] = metrics.pop(key)
+        metrics.update(step_metrics)
         if step_metrics:
             print(format_step_summary(getattr(self, "global_steps", None), step_metrics), flush=True)
         return actor_output
