@@ -301,9 +301,8 @@ def test_stack_refusals_name_their_fix():
                 "++actor_rollout_ref.rollout.multi_turn.enable=true")
     assert stack_problems(cfg, "0.7.1") == []
     problems = " ".join(stack_problems(cfg, "0.9.1"))
-    assert "probe" not in problems  # the probe runs on both stacks
-    for expected in ("set ++trainer.use_v1=false", "rollout.name=sglang",
-                     "multi_turn.enable=true", "pip install -e '.[verl071]'"):
+    assert "probe" not in problems and "multi_turn" not in problems  # both run on both stacks
+    for expected in ("set ++trainer.use_v1=false", "rollout.name=sglang", "pip install -e '.[verl071]'"):
         assert expected in problems
     assert stack_problems(smoke(), "0.9.1") == []  # the CPU main job (trainer.device=cpu, hf rollout) runs there
     # the suggested use_v1 fix, pasted, clears that refusal

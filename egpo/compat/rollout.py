@@ -4,9 +4,12 @@
   ``agent_loop_workers_class``, so egpo's manager presets both.
 * 0.9.1: ``LLMServerManager`` owns them (built by the trainer before the agent-loop manager, from
   ``get_rollout_replica_class(name)``); egpo registers its replicas in verl's ``RolloutReplicaRegistry`` in the
-  trainer's process, and its manager presets only ``agent_loop_workers_class``. Its tool-agent loop merges tokens
-  (Continuous-Token trimming) in ways egpo's per-turn entropy does not follow yet: multi-turn is refused there at
-  start-up (:mod:`egpo.compat.stack`).
+  trainer's process, and its manager presets only ``agent_loop_workers_class``.
+
+How verl's tool-agent loop builds a multi-turn response (``TOOL_LOOP_MERGES_TOKENS``): 0.7.1 appends each turn
+whole; 0.9.1 merges turns with Continuous Token (``AgentLoopBase.ct_merge_assistant_token`` /
+``ct_merge_context_msg``, edits applied by ``ContinuousTokenBuilder.align_response_metadata``), which egpo's loop
+follows (:mod:`egpo.rollout.tool_agent_loop`); :func:`check_tool_loop_shape` guards those methods' signatures.
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ import inspect
 from egpo.compat.versions import verl_version
 
 MANAGER_OWNS_REPLICAS = {"0.7.1": True, "0.9.1": False}
-TOOL_LOOP_FOLLOWS = {"0.7.1": True, "0.9.1": False}  # egpo's tool-agent loop follows this verl's token merging
+TOOL_LOOP_MERGES_TOKENS = {"0.7.1": False, "0.9.1": True}
+# the Continuous Token methods egpo's tool loop wraps or calls, and the parameters it passes (verl >= 0.9)
+CT_SIGNATURES = {
+    "verl.experimental.agent_loop.agent_loop:AgentLoopBase.ct_merge_assistant_token":
+        ("self", "runtime_token_ids", "assistant_token_ids", "response_mask", "response_logprobs", "assistant_logprobs"),
+    "verl.experimental.agent_loop.agent_loop:AgentLoopBase.ct_merge_context_msg":
+        ("self", "previous_messages", "updated_messages", "runtime_token_ids", "response_mask", "response_logprobs",
+         "tools"),
+    "verl.utils.tokenizer.continuous_token:ContinuousTokenBuilder.align_response_metadata":
+        ("self", "merge_result", "response_mask", "response_logprobs", "assistant_logprobs"),
+}
 REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica"}  # 0.9.1: names egpo adds to verl's registry
 
 
@@ -54,6 +67,7 @@ def check_manager_extension_points(version: str | None = None) -> None:
         )
     if "_postprocess" not in AgentLoopWorker.__dict__:
         raise VerlRolloutShapeError(f"verl {version}: AgentLoopWorker has no _postprocess; egpo cannot add rollout entropy")
+    check_tool_loop_shape(version)
 
 
 def prepare_manager(manager, config) -> None:
@@ -77,5 +91,27 @@ def register_replicas() -> None:
         RolloutReplicaRegistry.register(name, lambda module=module, attr=attr: getattr(importlib.import_module(module), attr))
 
 
-def tool_loop_follows_verl() -> bool:
-    return TOOL_LOOP_FOLLOWS[verl_version()]
+def tool_loop_merges_tokens() -> bool:
+    return TOOL_LOOP_MERGES_TOKENS[verl_version()]
+
+
+def check_tool_loop_shape(version: str | None = None) -> None:
+    """Where verl merges a multi-turn response's tokens, the methods egpo's tool loop follows have the parameters it
+    passes; otherwise a start-up error naming the version and the method."""
+    import importlib
+
+    version = version or verl_version()
+    if not TOOL_LOOP_MERGES_TOKENS[version]:
+        return
+    for target, expected in CT_SIGNATURES.items():
+        module, _, qualname = target.partition(":")
+        owner, _, name = qualname.partition(".")
+        try:
+            method = getattr(getattr(importlib.import_module(module), owner), name)
+        except (ImportError, AttributeError):
+            raise VerlRolloutShapeError(f"verl {version}: {module}.{qualname} is gone; egpo's multi-turn rollout "
+                                        "entropy cannot follow its token merging") from None
+        found = tuple(inspect.signature(method).parameters)
+        if found != expected:
+            raise VerlRolloutShapeError(f"verl {version}: {module}.{qualname} takes {found}, egpo's multi-turn rollout "
+                                        f"entropy expects {expected}")

@@ -1,8 +1,8 @@
 """What egpo runs on each verl stack, and the start-up refusal (before Ray) of what a stack cannot run yet.
 
-On verl 0.9.1, multi-turn (0.9.1's token merging) and sglang 0.5.12 (verl 0.9.1's sglang, not patched yet) are
-refused with the stack that runs them. egpo's CPU backend and the entropy probe run on both
-(:mod:`egpo.compat.workers`).
+On verl 0.9.1, sglang 0.5.12 (verl 0.9.1's sglang, not patched yet) is refused with the stack that runs it.
+egpo's CPU backend, the entropy probe and multi-turn rollout entropy run on both (:mod:`egpo.compat.workers`,
+:mod:`egpo.compat.rollout`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,6 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
     if OmegaConf.select(config, "trainer.use_v1", default=False):
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
-    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False):
-        problems.append(f"actor_rollout_ref.rollout.multi_turn.enable=true: verl {version}'s tool-agent loop merges "
-                        "and trims tokens (Continuous-Token) in ways egpo's per-turn entropy does not follow yet; "
-                        f"multi-turn EGPO runs on {OLD_STACK}")
     if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
         problems.append(f"actor_rollout_ref.rollout.name=sglang: egpo patches sglang 0.5.6.post2 (verl 0.7.1's); verl "
                         f"{version}'s sglang 0.5.12 is not patched yet; use {OLD_STACK} with sglang, or "

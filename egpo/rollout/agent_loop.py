@@ -111,17 +111,14 @@ def register_entropy_tool_agent() -> None:
     verl_target = "verl.experimental.agent_loop.tool_agent_loop.ToolAgentLoop"
     if current not in (verl_target, TOOL_AGENT_TARGET):
         raise RuntimeError(
-            f"verl's agent loop {TOOL_AGENT!r} is {current!r}, not {verl_target} (verl 0.7.1); egpo will not replace it"
+            f"verl's agent loop {TOOL_AGENT!r} is {current!r}, not {verl_target}; egpo will not replace it"
         )
     registry[TOOL_AGENT] = {"_target_": TOOL_AGENT_TARGET}
 
 
 class EntropyAgentLoopWorker(AgentLoopWorker):
     def __init__(self, *args, **kwargs):
-        from egpo.compat.rollout import tool_loop_follows_verl
-
-        if tool_loop_follows_verl():
-            register_entropy_tool_agent()
+        register_entropy_tool_agent()
         super().__init__(*args, **kwargs)
 
     def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):
