@@ -19,7 +19,8 @@ from egpo.rollout.sglang.process_entries import (
     install_process_entries,
     remove_process_entries,
     run_detokenizer_process_with_standins,
-    run_scheduler_process_with_entropy,
+    scheduler_entry,
+    set_engine_entries,
 )
 
 LIVE_KEY = "egpo_live_reqs_holding_entropy"
@@ -57,7 +58,7 @@ def run_scheduler_with_state_probe(*args, **kwargs):
 
     ScheduleBatch.retract_decode = counting_retract_decode
     Scheduler.get_internal_state = probed_internal_state
-    return run_scheduler_process_with_entropy(*args, **kwargs)
+    return scheduler_entry()(*args, **kwargs)
 
 
 def run_plain_scheduler(*args, **kwargs):
@@ -71,9 +72,8 @@ def run_plain_scheduler(*args, **kwargs):
 @contextmanager
 def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_args):
     """A real ``sglang.Engine`` (patched: egpo's process entries + tokenizer patches, plus the state probe)."""
-    pytest.importorskip("sglang", reason="sglang 0.5.6.post2 is installed by .ci/run (pip install --no-deps)")
+    pytest.importorskip("sglang", reason="sglang (0.5.6.post2 / 0.5.12) is installed by .ci/run (pip install --no-deps)")
     import sglang
-    import sglang.srt.entrypoints.engine as engine_module
 
     from egpo.rollout.entropy import EntropyOptions
     from egpo.rollout.sglang.tokenizer_patches import apply_tokenizer_patches, remove_tokenizer_patches
@@ -81,14 +81,16 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
     if patched:
         install_process_entries(options or EntropyOptions())
         apply_tokenizer_patches()
-        engine_module.run_scheduler_process = run_scheduler_with_state_probe
+        set_engine_entries(run_scheduler_with_state_probe, run_detokenizer_process_with_standins)
     else:
-        engine_module.run_scheduler_process = run_plain_scheduler
-        engine_module.run_detokenizer_process = run_detokenizer_process_with_standins
+        set_engine_entries(run_plain_scheduler, run_detokenizer_process_with_standins)
     # sglang's engine makes a child's failure kill its whole process tree (SIGQUIT): restored at teardown
     sigquit = signal.getsignal(signal.SIGQUIT)
     try:
-        engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
+        from egpo.rollout.sglang.versions import sglang_targets
+
+        cpu_args = dict(sglang_targets().cpu_engine_args)
+        engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **cpu_args, **engine_args})
     finally:
         remove_process_entries()
     try:

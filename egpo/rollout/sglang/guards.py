@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import inspect
 
-SUPPORTED_SGLANG = "0.5.6.post2"
-
 
 class SglangPatchTargetError(RuntimeError):
     """An sglang function or attribute egpo patches no longer has the shape egpo was written against."""
 
 
 def sglang_version() -> str:
-    try:
-        import sglang
+    from egpo.rollout.sglang.versions import installed_sglang
 
-        return getattr(sglang, "__version__", "unknown")
-    except ImportError:
-        return "not installed"
+    return installed_sglang()
 
 
 def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
@@ -29,7 +24,10 @@ def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
     if params and params[0] == "self":
         params = params[1:]
     if params != expected:
+        from egpo.rollout.sglang.versions import SUPPORTED
+
         raise SglangPatchTargetError(
-            f"sglang {sglang_version()}: {name} has parameters {params}, egpo's patch expects {expected} "
-            f"(sglang {SUPPORTED_SGLANG}). Pin sglang=={SUPPORTED_SGLANG} or update egpo.rollout.sglang."
+            f"sglang {sglang_version()}: {name} has parameters {params}, egpo's patch expects {expected}. egpo "
+            f"patches sglang {' and '.join(SUPPORTED)} (egpo.rollout.sglang.versions); install one of them or update "
+            "that table."
         )

@@ -21,7 +21,7 @@ Speculative decoding samples outside ``Sampler`` and is refused at launch (:mod:
 from __future__ import annotations
 
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters
+from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, sglang_version
 from egpo.rollout.sglang.sampler_patch import ENTROPY_ATTR, apply_sampler_patch
 
 REQ_VALUES = "output_token_entropy_val"  # on Req: every value appended so far
@@ -45,12 +45,12 @@ def _batch_entropy(result) -> list | None:
 
 
 # ---------------------------------------------------------------------------------------------- patched methods
-def copy_to_cpu_with_entropy(self, return_logprob):
+def copy_to_cpu_with_entropy(self, return_logprob, *args, **kwargs):
     logits_output = self.logits_output
     entropy = getattr(logits_output, ENTROPY_ATTR, None) if logits_output is not None else None
     if entropy is not None:
         setattr(logits_output, ENTROPY_ATTR, entropy.to("cpu", non_blocking=True))
-    return _originals["copy_to_cpu"](self, return_logprob)
+    return _originals["copy_to_cpu"](self, return_logprob, *args, **kwargs)
 
 
 def process_batch_result_prefill_with_entropy(self, batch, result):
@@ -71,8 +71,10 @@ def process_batch_result_decode_with_entropy(self, batch, result):
         result.copy_done.synchronize()
     entropy = _batch_entropy(result)
     if entropy is not None:
+        # the original's skip rule (sglang 0.5.12 adds its MLX overlap flag; SglangTargets.decode_skip_rule)
+        overlap = self.enable_overlap or getattr(self, "enable_overlap_mlx", False)
         for req, value in zip(batch.reqs, entropy):
-            if self.enable_overlap and (req.finished() or req.is_retracted):
+            if overlap and (req.finished() or req.is_retracted):
                 continue
             _values(req).append(value)
     return _originals["process_batch_result_decode"](self, batch, result)
@@ -103,11 +105,11 @@ class _EntropyAttachingSender:
         return getattr(self._sender, name)
 
 
-def stream_output_generation_with_entropy(self, reqs, return_logprob, skip_req=None):
+def stream_output_generation_with_entropy(self, reqs, return_logprob, skip_req=None, *args, **kwargs):
     sender = self.send_to_detokenizer
     self.send_to_detokenizer = _EntropyAttachingSender(sender, reqs)
     try:
-        return _originals["stream_output_generation"](self, reqs, return_logprob, skip_req)
+        return _originals["stream_output_generation"](self, reqs, return_logprob, skip_req, *args, **kwargs)
     finally:
         self.send_to_detokenizer = sender
 
@@ -118,17 +120,35 @@ def _targets():
     from sglang.srt.managers.scheduler_output_processor_mixin import SchedulerOutputProcessorMixin
     from sglang.srt.managers.utils import GenerationBatchResult
 
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    version = sglang_targets()
     if "output_token_entropy_val" not in getattr(BatchTokenIDOutput, "__dataclass_fields__", {}):
-        raise SglangPatchTargetError("sglang BatchTokenIDOutput has no output_token_entropy_val field (0.5.6.post2 has)")
+        raise SglangPatchTargetError(f"sglang {sglang_version()}: BatchTokenIDOutput has no output_token_entropy_val "
+                                     "field, which egpo fills")
     return [
-        (GenerationBatchResult, "copy_to_cpu", ("return_logprob",), copy_to_cpu_with_entropy),
+        (GenerationBatchResult, "copy_to_cpu", version.copy_to_cpu_params, copy_to_cpu_with_entropy),
         (SchedulerOutputProcessorMixin, "process_batch_result_prefill", ("batch", "result"),
          process_batch_result_prefill_with_entropy),
         (SchedulerOutputProcessorMixin, "process_batch_result_decode", ("batch", "result"),
          process_batch_result_decode_with_entropy),
-        (SchedulerOutputProcessorMixin, "stream_output_generation", ("reqs", "return_logprob", "skip_req"),
+        (SchedulerOutputProcessorMixin, "stream_output_generation", version.stream_output_params,
          stream_output_generation_with_entropy),
     ]
+
+
+def _check_decode_skip_rule(decode) -> None:
+    """The decode patch appends a request's entropy exactly when the original appends its token."""
+    import inspect
+
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    rule = sglang_targets().decode_skip_rule
+    if rule not in inspect.getsource(decode):
+        raise SglangPatchTargetError(
+            f"sglang {sglang_version()}: process_batch_result_decode no longer skips requests with {rule!r}; egpo's "
+            "entropy would not line up with the output tokens"
+        )
 
 
 def check_scheduler_patch_targets() -> list:
@@ -142,6 +162,8 @@ def check_scheduler_patch_targets() -> list:
         current = owner.__dict__.get(name)
         if current is not replacement:
             check_parameters(current, params, f"{owner.__module__}.{owner.__qualname__}.{name}")
+            if name == "process_batch_result_decode":
+                _check_decode_skip_rule(current)
     if Sampler.forward is not entropy_sampler_forward:
         check_parameters(Sampler.forward, FORWARD_PARAMS, "sglang.srt.layers.sampler.Sampler.forward")
     return targets

@@ -1,0 +1,91 @@
+"""The sglang versions egpo patches, and each one's patch targets: the one place where they differ.
+
+* **0.5.6.post2** (verl 0.7.1): egpo reaches sglang's scheduler processes by swapping the module attributes
+  ``sglang.srt.entrypoints.engine.run_scheduler_process`` / ``run_detokenizer_process`` that its launcher starts
+  them from (:mod:`egpo.rollout.sglang.process_entries`); the scheduler entry applies the patches.
+* **0.5.12** (verl 0.9.1): sglang runs ``load_plugins()`` first thing in every scheduler process, loading the
+  ``sglang.srt.plugins`` entry-point group: egpo's plugin (:mod:`egpo.rollout.sglang.plugin`) applies the same
+  patches there, through sglang's own mechanism, and nothing of sglang's is swapped for that. Only on a CPU-only
+  machine are the children's entries still swapped (the module attributes verl 0.9.1 passes to
+  ``Engine._launch_subprocesses``, and ``Engine``'s class attributes for a plain ``sglang.Engine``): the CPU
+  stand-ins must be installed before the child imports sglang, which happens while it unpickles its target, before
+  any plugin loads, and the detokenizer loads no plugins at all.
+
+Any other sglang version stops start-up naming these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SglangTargets:
+    verl: str  # the verl stack that pins this sglang
+    scheduler_entry_params: tuple[str, ...]  # sglang.srt.managers.scheduler.run_scheduler_process
+    copy_to_cpu_params: tuple[str, ...]  # GenerationBatchResult.copy_to_cpu
+    stream_output_params: tuple[str, ...]  # SchedulerOutputProcessorMixin.stream_output_generation
+    decode_skip_rule: str  # process_batch_result_decode skips a request exactly under this condition (source text)
+    patches_via_plugin: bool  # scheduler patches from sglang's sglang.srt.plugins entry point (else: process entry)
+    engine_entries_on_class: bool  # Engine.run_scheduler_process_func / run_detokenizer_process_func exist
+    cpu_requirements: str  # what its real engine needs on a CPU besides sglang itself (installed --no-deps)
+    cpu_engine_args: tuple[tuple[str, object], ...] = ()  # engine settings a CPU run needs on top of device=cpu
+
+
+TARGETS = {
+    "0.5.6.post2": SglangTargets(
+        verl="0.7.1",
+        scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "moe_ep_rank", "pp_rank", "dp_rank",
+                                "pipe_writer"),
+        copy_to_cpu_params=("return_logprob",),
+        stream_output_params=("reqs", "return_logprob", "skip_req"),
+        decode_skip_rule="if self.enable_overlap and (req.finished() or req.is_retracted):",
+        patches_via_plugin=False,
+        engine_entries_on_class=False,
+        cpu_requirements=".ci/sglang-cpu-requirements.txt",
+    ),
+    "0.5.12": SglangTargets(
+        verl="0.9.1",
+        scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "attn_cp_rank", "moe_dp_rank",
+                                "moe_ep_rank", "pp_rank", "dp_rank", "pipe_writer"),
+        copy_to_cpu_params=("return_logprob", "return_hidden_states"),
+        stream_output_params=("reqs", "return_logprob", "skip_req", "is_idle_batch"),
+        decode_skip_rule="if (self.enable_overlap or self.enable_overlap_mlx) and (",
+        patches_via_plugin=True,
+        engine_entries_on_class=True,
+        cpu_requirements=".ci/sglang-0.5.12-cpu-requirements.txt",
+        # piecewise CUDA graphs are on by default and turn off by themselves only with SGLANG_USE_CPU_ENGINE=1
+        cpu_engine_args=(("disable_piecewise_cuda_graph", True),),
+    ),
+}
+SUPPORTED = tuple(TARGETS)
+
+
+class UnsupportedSglangError(RuntimeError):
+    pass
+
+
+def installed_sglang() -> str:
+    """sglang's version from its package metadata, without importing it (or "not installed")."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def install_line(sglang: str) -> str:
+    return f"pip install --no-deps sglang=={sglang} && pip install -r {TARGETS[sglang].cpu_requirements}"
+
+
+def sglang_targets(version: str | None = None) -> SglangTargets:
+    """The installed (or given) sglang's targets; any other version stops here, naming the supported ones."""
+    version = version or installed_sglang()
+    if version not in TARGETS:
+        supported = ", ".join(f"{v} (verl {t.verl})" for v, t in TARGETS.items())
+        raise UnsupportedSglangError(
+            f"egpo's sglang rollout entropy supports sglang {supported}; this environment has sglang {version}. "
+            f"Install the one your verl pins, e.g. {install_line(SUPPORTED[-1])}"
+        )
+    return TARGETS[version]
