@@ -14,6 +14,21 @@ ON_071_ONLY = "egpo's sglang patches are sglang 0.5.6.post2's (verl 0.7.1's); no
 only_verl_071 = pytest.mark.skipif(VERL != "0.7.1", reason=ON_071_ONLY)
 
 
+def require_sglang():
+    """Skips unless sglang is installed; imports it as egpo's processes do (CPU stand-ins first: sglang 0.5.12's
+    top-level import needs torchvision)."""
+    from egpo.rollout.sglang.versions import installed_sglang
+
+    if installed_sglang() == "not installed":
+        pytest.skip("sglang is not installed (README: the sglang CPU install line of this verl stack; .ci/run installs it)")
+    from egpo.rollout.sglang.standins import prepare_sglang_import
+
+    prepare_sglang_import()
+    import sglang
+
+    return sglang
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     """The demo model, tokenizer and task, built once for every end-to-end run of the session."""

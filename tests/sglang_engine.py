@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from conftest import require_sglang
+
 # egpo's process entries first: they install the CPU stand-ins before anything imports sglang
 from egpo.rollout.sglang.process_entries import (
     install_process_entries,
@@ -66,13 +68,18 @@ def run_plain_scheduler(*args, **kwargs):
     installed the CPU stand-ins every sglang process needs here)."""
     from sglang.srt.managers.scheduler import run_scheduler_process
 
+    from egpo.rollout.sglang.standins import unpin_host_tensors
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    if sglang_targets().patches_via_plugin:  # the CPU stand-ins of sglang 0.5.12's scheduler (egpo's entry has them)
+        unpin_host_tensors()
     return run_scheduler_process(*args, **kwargs)
 
 
 @contextmanager
 def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_args):
     """A real ``sglang.Engine`` (patched: egpo's process entries + tokenizer patches, plus the state probe)."""
-    pytest.importorskip("sglang", reason="sglang (0.5.6.post2 / 0.5.12) is installed by .ci/run (pip install --no-deps)")
+    require_sglang()
     import sglang
 
     from egpo.rollout.entropy import EntropyOptions

@@ -10,8 +10,9 @@ import torch
 from egpo.demo.smoke_run import run_smoke, step_metrics
 from test_main_cpu import COMMON, assert_trained
 
-pytest.importorskip("sglang", reason="the sglang CPU install line (README) is not installed")
-from conftest import only_verl_071  # noqa: E402
+from conftest import only_verl_071, require_sglang  # noqa: E402
+
+require_sglang()
 
 pytestmark = [pytest.mark.e2e, only_verl_071]
 

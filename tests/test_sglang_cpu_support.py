@@ -6,7 +6,9 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("sglang", reason="sglang 0.5.6.post2 is installed by .ci/run (pip install --no-deps)")
+from conftest import require_sglang
+
+require_sglang()
 
 
 def run_python(code: str, timeout: int = 300) -> subprocess.CompletedProcess:

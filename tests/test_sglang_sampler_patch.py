@@ -24,7 +24,8 @@ V = 64
 
 @pytest.fixture(autouse=True)
 def cpu_sampler_environment(monkeypatch):
-    args = SimpleNamespace(enable_nan_detection=False, rl_on_policy_target=None, sampling_backend="pytorch")
+    args = SimpleNamespace(enable_nan_detection=False, rl_on_policy_target=None, sampling_backend="pytorch",
+                           enable_deterministic_inference=False)  # the last one: sglang 0.5.12
     monkeypatch.setattr(sampler_mod, "get_global_server_args", lambda: args)
     monkeypatch.setattr(sampler_mod, "get_tp_group", lambda: SimpleNamespace(device_group=None))
     yield

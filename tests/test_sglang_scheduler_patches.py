@@ -45,32 +45,59 @@ class Event:
         self.log.append("sync")
 
 
+def default_server_args(**overrides) -> SimpleNamespace:
+    """sglang's ServerArgs defaults (whatever fields this sglang version has), with ``overrides``."""
+    import dataclasses
+
+    from sglang.srt.server_args import ServerArgs
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ServerArgs) if f.default is not dataclasses.MISSING}
+    return SimpleNamespace(**{**defaults, **overrides})
+
+
 class MiniScheduler(mixin.SchedulerOutputProcessorMixin):
     def __init__(self, overlap: bool):
         self.is_generation = True
         self.enable_overlap = overlap
         self.num_generated_tokens = 0
         self.token_to_kv_pool_allocator = SimpleNamespace(free_group_begin=lambda: None, free_group_end=lambda: None)
-        self.server_args = SimpleNamespace(disaggregation_decode_enable_offload_kvcache=False,
-                                           enable_request_time_stats_logging=False, decode_log_interval=40,
-                                           multi_item_scoring_delimiter=None)
+        self.server_args = default_server_args(disaggregation_decode_enable_offload_kvcache=False,
+                                               enable_request_time_stats_logging=False, decode_log_interval=40,
+                                               multi_item_scoring_delimiter=None)
         self.tree_cache = SimpleNamespace(cache_unfinished_req=lambda *a, **k: None)
-        self.model_config = SimpleNamespace(is_multimodal_gen=False)
+        self.model_config = SimpleNamespace(is_multimodal_gen=False, think_end_id=None)  # the last: sglang 0.5.12
         self.stream_interval = 1
         self.spec_algorithm = SpeculativeAlgorithm.NONE
         self.disaggregation_mode = DisaggregationMode.NULL
         self.attn_tp_rank = 0
         self.send_to_detokenizer = RecordingSender()
         self.forward_ct_decode = 0
+        # sglang 0.5.12's additions (absent from 0.5.6.post2's mixin, harmless there)
+        self.enable_hisparse = False
+        self.enable_overlap_mlx = False
+        self.enable_metrics = False
+        self.dp_rank = 0
+        self.decode_offload_manager = None
+        self.hisparse_coordinator = None
 
     def current_scheduler_metrics_enabled(self):
         return False
+
+    # sglang 0.5.12 reports the scheduler's load with every output and its stats after each batch
+    def get_loads(self, *args, **kwargs):
+        return None
+
+    def report_prefill_stats(self, *args, **kwargs):
+        pass
+
+    def report_decode_stats(self, *args, **kwargs):
+        pass
 
 
 @pytest.fixture(autouse=True)
 def patched(monkeypatch):
     monkeypatch.setattr(mixin, "release_kv_cache", lambda *a, **k: None)
-    server_args = SimpleNamespace(speculative_algorithm=None, disaggregation_mode="null")
+    server_args = default_server_args(speculative_algorithm=None, disaggregation_mode="null")
     monkeypatch.setattr(schedule_batch, "get_global_server_args", lambda: server_args)
     scheduler_patches.apply_scheduler_patches(EntropyOptions())
     yield
@@ -104,7 +131,9 @@ def result_for(reqs, step, log, overlap):
 
 def batch(reqs):
     return SimpleNamespace(reqs=reqs, return_logprob=True, spec_algorithm=SpeculativeAlgorithm.NONE,
-                           is_v2_eagle=False, decoding_reqs=None)
+                           is_v2_eagle=False, decoding_reqs=None,
+                           is_spec_v2=False, prefill_stats=None, dp_cooperation_info=None,  # sglang 0.5.12
+                           batch_size=lambda: len(reqs))
 
 
 def received(sched):

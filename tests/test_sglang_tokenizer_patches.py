@@ -25,10 +25,14 @@ def patched():
 
 
 def manager():
+    from sglang.srt.server_args import ServerArgs
+
     tm = object.__new__(TokenizerManager)
     tm.rid_to_state = {}
-    tm.server_args = SimpleNamespace(weight_version="0", skip_tokenizer_init=True, stream_output=False,
-                                     speculative_algorithm=None, enable_lora=False)
+    defaults = {f.name: f.default for f in dataclasses.fields(ServerArgs) if f.default is not dataclasses.MISSING}
+    tm.server_args = SimpleNamespace(**{**defaults, **dict(weight_version="0", skip_tokenizer_init=True,
+                                                           stream_output=False, speculative_algorithm=None,
+                                                           enable_lora=False)})
     tm.enable_metrics = False
     tm.dump_requests_folder = None
     tm.crash_dump_folder = None
@@ -38,9 +42,24 @@ def manager():
 def add_state(tm, rid, return_logprob=True):
     obj = GenerateReqInput(input_ids=[1, 2, 3], rid=rid, return_logprob=return_logprob)
     obj.top_logprobs_num, obj.token_ids_logprob, obj.return_text_in_logprobs = 0, None, False
-    tm.rid_to_state[rid] = ReqState(out_list=[], finished=False, event=asyncio.Event(), obj=obj,
-                                   created_time=time.time())
+    fields = {f.name for f in dataclasses.fields(ReqState)}
+    if "created_time" in fields:  # sglang 0.5.6.post2
+        timing = {"created_time": time.time()}
+    else:  # sglang 0.5.12
+        from sglang.srt.managers import tokenizer_manager
+
+        timing = {"time_stats": tokenizer_manager.APIServerReqTimeStats()}
+    tm.rid_to_state[rid] = ReqState(out_list=[], finished=False, event=asyncio.Event(), obj=obj, **timing)
     return tm.rid_to_state[rid]
+
+
+def handle(tm, msg) -> None:
+    """``TokenizerManager._handle_batch_output`` (a coroutine since sglang 0.5.12)."""
+    import inspect
+
+    result = tm._handle_batch_output(msg)
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
 
 
 def message(rids, tokens, logprobs, entropy, finished):
@@ -55,6 +74,7 @@ def message(rids, tokens, logprobs, entropy, finished):
         output_top_logprobs_val=[[] for _ in rids], output_top_logprobs_idx=[[] for _ in rids],
         input_top_logprobs_val=[[] for _ in rids], input_top_logprobs_idx=[[] for _ in rids],
         output_token_entropy_val=entropy, output_hidden_states=None,
+        **({"customized_info": None} if "customized_info" in fields else {}),  # sglang 0.5.12: a dict per batch
     )
     return BatchStrOutput(rids=rids, **fields)
 
@@ -62,8 +82,8 @@ def message(rids, tokens, logprobs, entropy, finished):
 def test_entropy_accumulates_aligned_with_output_logprobs():
     tm = manager()
     a, b = add_state(tm, "a"), add_state(tm, "b")
-    tm._handle_batch_output(message(["a", "b"], [[5], [6, 7]], [[-0.1], [-0.2, -0.3]], [[1.0], [2.0, 2.5]], [False, False]))
-    tm._handle_batch_output(message(["a", "b"], [[8, 9], [4]], [[-0.4, -0.5], [-0.6]], [[1.5, 1.7], [3.0]], [True, True]))
+    handle(tm, message(["a", "b"], [[5], [6, 7]], [[-0.1], [-0.2, -0.3]], [[1.0], [2.0, 2.5]], [False, False]))
+    handle(tm, message(["a", "b"], [[8, 9], [4]], [[-0.4, -0.5], [-0.6]], [[1.5, 1.7], [3.0]], [True, True]))
     for state, expected in ((a, [1.0, 1.5, 1.7]), (b, [2.0, 2.5, 3.0])):
         meta = state.out_list[-1]["meta_info"]
         assert meta["output_token_entropy"] == expected
@@ -75,14 +95,14 @@ def test_entropy_accumulates_aligned_with_output_logprobs():
 def test_request_without_logprobs_gets_no_entropy_key():
     tm = manager()
     s = add_state(tm, "a", return_logprob=False)
-    tm._handle_batch_output(message(["a"], [[5]], [[-0.1]], [[1.0]], [True]))
+    handle(tm, message(["a"], [[5]], [[-0.1]], [[1.0]], [True]))
     assert "output_token_entropy" not in s.out_list[-1]["meta_info"]
 
 
 def test_unpatched_scheduler_sends_none_and_meta_info_stays_verls():
     tm = manager()
     s = add_state(tm, "a")
-    tm._handle_batch_output(message(["a"], [[5]], [[-0.1]], None, [True]))
+    handle(tm, message(["a"], [[5]], [[-0.1]], None, [True]))
     assert "output_token_entropy" not in s.out_list[-1]["meta_info"]
 
 

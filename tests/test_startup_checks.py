@@ -4,6 +4,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from conftest import require_sglang
 from hydra import compose, initialize_config_dir
 
 from egpo.settings import EgpoConfigError, EgpoSettings
@@ -78,7 +80,7 @@ def test_every_cpu_fix_works_when_pasted_verbatim(rollout):
     removed = ["~actor_rollout_ref.model.override_config.attn_implementation", "~ray_kwargs.ray_init.num_gpus",
                "~ray_kwargs.ray_init.resources"]
     if rollout == "sglang":
-        pytest.importorskip("sglang", reason="the sglang CPU install line (README) is not installed")
+        require_sglang()
         removed += [f"~actor_rollout_ref.rollout.engine_kwargs.sglang.{key}" for key in SGLANG_CPU_ENGINE]
     with pytest.raises(EgpoConfigError) as err:
         check_cpu_backend(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed))

@@ -60,6 +60,9 @@ def run_scheduler_process_with_standins(*args, **kwargs):
     sglang's plugin hook applies the patches)."""
     from sglang.srt.managers.scheduler import run_scheduler_process
 
+    from egpo.rollout.sglang.standins import unpin_host_tensors
+
+    unpin_host_tensors()
     return run_scheduler_process(*args, **kwargs)
 
 

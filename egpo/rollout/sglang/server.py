@@ -38,7 +38,8 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         if getattr(self, "tokenizer_manager", None) is not None:
             capture_entropy(self)
 
-    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None):
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None, **kwargs):
+        """verl's ``generate``; ``kwargs``: what a newer verl adds (0.9.1: the PD-disaggregation bootstrap)."""
         params = dict(sampling_params)
         wants_log_probs = bool(params.get("logprobs", False))
         params["logprobs"] = True
@@ -46,7 +47,7 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         try:
             try:
                 output = await super().generate(prompt_ids, params, request_id, image_data=image_data,
-                                                video_data=video_data)
+                                                video_data=video_data, **kwargs)
             except ValueError:
                 captured = self._entropy_by_rid.get(request_id)
                 if captured is None or captured.tokens:
@@ -56,8 +57,10 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         finally:
             self._entropy_by_rid.pop(request_id, None)
         entropy = None if captured is None else captured.entropy
-        if entropy is None and captured is not None and captured.tokens == 0:
-            entropy = []  # aborted before its first token: nothing was sampled
+        if captured is not None and (captured.tokens == 0 or not output.token_ids):
+            # aborted before its first token (nothing was sampled), or an output verl 0.9.1 returns without
+            # tokens (its log probs did not match them): no token, no entropy
+            entropy = []
         if entropy is None:
             raise RuntimeError(
                 f"sglang returned no meta_info[{META_KEY!r}] for request {request_id}: its scheduler ran without "

@@ -1,4 +1,4 @@
-"""Import-time stand-ins that let sglang 0.5.6.post2 run on a CPU-only machine, without its CUDA stack.
+"""Import-time stand-ins that let sglang (0.5.6.post2, 0.5.12) run on a CPU-only machine, without its CUDA stack.
 
 sglang installed with ``--no-deps`` (README, "sglang on a CPU") lacks three packages its modules import:
 
@@ -136,10 +136,21 @@ def cpu_standins_needed() -> bool:
     return importlib.util.find_spec("sgl_kernel") is None
 
 
+def _forget_cached_torchvision_check() -> None:
+    """transformers caches "is torchvision installed?" (``lru_cache``); where it asked before the stand-in existed,
+    sglang 0.5.12's image-processor registration (``sglang.srt.configs``) would find a dummy and fail."""
+    module = sys.modules.get("transformers.utils.import_utils")
+    for name in ("is_torchvision_available", "is_torchvision_v2_available"):
+        check = getattr(module, name, None) if module is not None else None
+        if hasattr(check, "cache_clear"):
+            check.cache_clear()
+
+
 def install_standins() -> None:
     """Install the stand-ins unconditionally (idempotent). Production code calls :func:`prepare_sglang_import`."""
     if not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _StandInFinder())
+        _forget_cached_torchvision_check()
 
 
 def prepare_sglang_import() -> bool:
@@ -150,11 +161,54 @@ def prepare_sglang_import() -> bool:
     return True
 
 
+# sglang 0.5.12 modules that build small index tensors in pinned host memory (``torch.tensor(..., pin_memory=True)``)
+# before a non-blocking copy to the device; a CPU-only torch has no pinned-memory allocator and raises. The
+# logits processor does it whenever a prefill returns input log probs (a retracted request's re-prefill, prompt
+# log probs), which a GPU never notices.
+PINNING_MODULES = ("sglang.srt.layers.logits_processor",)
+
+
+class _UnpinnedTorch(types.ModuleType):
+    """``torch`` for one sglang module on a CPU-only machine: ``torch.tensor`` without ``pin_memory``."""
+
+    def __init__(self, torch_module):
+        super().__init__("torch")
+        self._torch = torch_module
+
+    def tensor(self, *args, pin_memory=False, **kwargs):
+        return self._torch.tensor(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+def unpin_host_tensors() -> None:
+    """In a scheduler process on a CPU-only machine: :data:`PINNING_MODULES` build their host tensors unpinned (the
+    copy that follows is a CPU-to-CPU no-op). Checked: each module still pins (else this is not needed)."""
+    import importlib
+    import inspect
+
+    import torch
+
+    for name in PINNING_MODULES:
+        module = importlib.import_module(name)
+        current = module.__dict__.get("torch")
+        if isinstance(current, _UnpinnedTorch):
+            continue
+        if current is not torch or "pin_memory=True" not in inspect.getsource(module):
+            raise RuntimeError(f"{name} no longer pins host tensors through its module-level torch; egpo's CPU "
+                               "stand-in for it is out of date")
+        module.torch = _UnpinnedTorch(torch)
+
+
 def import_sglang_sampler():
     """The real ``sglang.srt.layers.sampler`` module, or a pytest skip when sglang is not installed."""
     import pytest
 
-    pytest.importorskip("sglang", reason="sglang 0.5.6.post2 is installed by .ci/run (pip install --no-deps)")
+    from egpo.rollout.sglang.versions import installed_sglang
+
+    if installed_sglang() == "not installed":
+        pytest.skip("sglang is not installed (README: the sglang CPU install line of this verl stack)")
     install_standins()
     import sglang.srt.layers.sampler as sampler
 
