@@ -8,9 +8,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from egpo.compat.versions import verl_version  # noqa: E402
 
 VERL = verl_version()
-# what egpo runs on verl 0.7.1 only, so far: its sglang patches are sglang 0.5.6.post2's (verl 0.7.1's); on 0.9.1
-# sglang is refused at start-up (egpo.compat.stack), and these tests say so in the skip summary
-ON_071_ONLY = "egpo's sglang patches are sglang 0.5.6.post2's (verl 0.7.1's); not yet sglang 0.5.12 on verl {}".format(VERL)
+# what egpo runs on verl 0.7.1 only, so far: the CPU main job with sglang as the rollout (sglang 0.5.6.post2); on
+# verl 0.9.1 sglang 0.5.12's engine is patched and tested, but its training run (verl 0.9.1's sglang replica and
+# weight push on a CPU) is not proven yet and is refused at start-up (egpo.compat.stack)
+ON_071_ONLY = ("the CPU main job with sglang runs on verl 0.7.1 (sglang 0.5.6.post2); with sglang 0.5.12 on verl {} "
+               "it is refused at start-up until proven".format(VERL))
 only_verl_071 = pytest.mark.skipif(VERL != "0.7.1", reason=ON_071_ONLY)
 
 
@@ -27,6 +29,19 @@ def require_sglang():
     import sglang
 
     return sglang
+
+
+def bare_sglang_server(cls, **config):
+    """An instance of verl's sglang server class (or egpo's) without launching anything: the attributes verl's
+    ``generate`` reads, on either verl (0.9.1 adds the PD-disaggregation role, the replica rank, LoRA and MTP
+    checks)."""
+    from types import SimpleNamespace
+
+    server = object.__new__(cls)
+    server.config = SimpleNamespace(enable_rollout_routing_replay=False, skip_tokenizer_init=True, mtp=None, **config)
+    server._disaggregation_role, server.replica_rank = "null", 0
+    server.model_config = SimpleNamespace(lora_rank=0, lora={})
+    return server
 
 
 @pytest.fixture(scope="session")

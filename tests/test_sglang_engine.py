@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from conftest import require_sglang
+from conftest import bare_sglang_server, require_sglang
 import torch
 
 from egpo.demo.build import build_model
@@ -156,14 +156,9 @@ class TestDefaultOptions:
         from egpo.rollout.sglang.server import EntropySGLangHttpServer, capture_entropy
         from egpo.keys import ROLLOUT_ENTROPY
 
-        server = object.__new__(EntropySGLangHttpServer)
+        server = bare_sglang_server(EntropySGLangHttpServer, max_model_len=512, prompt_length=32, response_length=24)
         server.tokenizer_manager = engine.tokenizer_manager
         server.global_steps = 3
-        # what verl 0.9.1's generate also reads: no prefill/decode split, no LoRA, replica 0
-        server._disaggregation_role, server.replica_rank = "null", 0
-        server.model_config = types.SimpleNamespace(lora_rank=0, lora={})
-        server.config = types.SimpleNamespace(max_model_len=512, prompt_length=32, response_length=24,
-                                              enable_rollout_routing_replay=False, mtp=None)
         capture_entropy(server)
         prompts = [PROMPTS[i % len(PROMPTS)] for i in range(12)]
 

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import bare_sglang_server
 from egpo.keys import ROLLOUT_ENTROPY
 from egpo.rollout.sglang.standins import import_sglang_sampler
 
@@ -33,9 +34,7 @@ class FakeTokenizerManager:
 
 
 def server(entropy_for, **manager):
-    s = object.__new__(EntropySGLangHttpServer)
-    s.config = SimpleNamespace(max_model_len=64, response_length=16, prompt_length=16,
-                               enable_rollout_routing_replay=False, skip_tokenizer_init=True)
+    s = bare_sglang_server(EntropySGLangHttpServer, max_model_len=64, response_length=16, prompt_length=16)
     s.global_steps = 4
     s.tokenizer_manager = FakeTokenizerManager(entropy_for, **manager)
     capture_entropy(s)
@@ -124,13 +123,19 @@ def test_process_entries_are_installed_once_and_picklable():
     from egpo.rollout.entropy import EntropyOptions
     from egpo.rollout.sglang import process_entries
     from egpo.rollout.sglang.options import read_options
+    from egpo.rollout.sglang.versions import sglang_targets
 
+    on_class = sglang_targets().engine_entries_on_class  # sglang 0.5.12: Engine's class attributes too
     assert engine.run_scheduler_process is scheduler.run_scheduler_process
     try:
         process_entries.install_process_entries(EntropyOptions(top_k=7))
         process_entries.install_process_entries(EntropyOptions(top_k=7))
-        assert engine.run_scheduler_process is process_entries.run_scheduler_process_with_entropy
+        # this CPU machine: the children's entries carry the stand-ins (0.5.6.post2's also apply the patches)
+        assert engine.run_scheduler_process is process_entries.scheduler_entry()
         assert engine.run_detokenizer_process is process_entries.run_detokenizer_process_with_standins
+        if on_class:
+            assert engine.Engine.run_scheduler_process_func is process_entries.scheduler_entry()
+            assert engine.Engine.run_detokenizer_process_func is process_entries.run_detokenizer_process_with_standins
         for entry in (engine.run_scheduler_process, engine.run_detokenizer_process):
             assert pickle.loads(pickle.dumps(entry)) is entry  # by reference: the child imports egpo's module
         assert read_options() == EntropyOptions(top_k=7)  # what the spawned process will read
@@ -138,13 +143,18 @@ def test_process_entries_are_installed_once_and_picklable():
         process_entries.remove_process_entries()
     assert engine.run_scheduler_process is scheduler.run_scheduler_process
     assert engine.run_detokenizer_process is detokenizer_manager.run_detokenizer_process
+    if on_class:
+        assert engine.Engine.run_scheduler_process_func is scheduler.run_scheduler_process
 
 
 def test_scheduler_entry_warms_the_kernel_before_sglang_builds_its_scheduler(monkeypatch):
     import sglang.srt.managers.scheduler as scheduler
 
     from egpo.rollout.sglang import process_entries, sampler_patch, scheduler_patches
+    from egpo.rollout.sglang.versions import sglang_targets
 
+    if sglang_targets().patches_via_plugin:
+        pytest.skip("sglang 0.5.12's scheduler gets the patches from egpo's plugin (test_plugin_...)")
     order = []
     monkeypatch.setattr(scheduler_patches, "apply_scheduler_patches", lambda options: order.append("patch"))
     monkeypatch.setattr(sampler_patch, "warm_sampler_kernel",
@@ -153,6 +163,48 @@ def test_scheduler_entry_warms_the_kernel_before_sglang_builds_its_scheduler(mon
     process_entries.run_scheduler_process_with_entropy("SERVER_ARGS", "PORT_ARGS", 3, 0, 0, 0, None, "WRITER")
     assert order == ["patch", ("warm", "SERVER_ARGS", 3),
                      ("sglang", ("SERVER_ARGS", "PORT_ARGS", 3, 0, 0, 0, None, "WRITER"))]
+
+
+def test_plugin_patches_only_the_children_of_an_engine_egpo_launched(monkeypatch):
+    """sglang 0.5.12 loads egpo's sglang.srt.plugins entry point in every scheduler process: it patches there (and
+    hooks the kernel warm-up before configure_scheduler_process), and nowhere else."""
+    import multiprocessing
+
+    from egpo.rollout.sglang import plugin, process_entries, scheduler_patches
+    from egpo.rollout.sglang.options import ENV_VAR
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    if not sglang_targets().patches_via_plugin:
+        pytest.skip("sglang 0.5.6.post2 has no plugin group; its scheduler entry applies the patches")
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    process_entries.check_plugin_registered()  # pip install -e . put the entry point where sglang looks
+    applied, hooks = [], []
+    monkeypatch.setattr(scheduler_patches, "apply_scheduler_patches", lambda options: applied.append(options))
+    monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, target, hook, kind: hooks.append((target, kind))))
+    monkeypatch.setenv(ENV_VAR, '{"top_k": 3, "temperature_scaled": false}')
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: None)
+    plugin.load()  # the launching process (sglang's Engine.__init__ loads plugins too)
+    assert applied == [] and hooks == []
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    plugin.load()  # a scheduler process
+    assert [o.top_k for o in applied] == [3]
+    assert hooks == [("sglang.srt.managers.scheduler.configure_scheduler_process", HookType.BEFORE)]
+    monkeypatch.delenv(ENV_VAR)
+    plugin.load()  # another sglang user's engine in the same environment
+    assert len(applied) == 1
+    monkeypatch.setenv("SGLANG_PLUGINS", "someone_else")
+    with pytest.raises(process_entries.SglangPatchTargetError, match="SGLANG_PLUGINS"):
+        process_entries.check_plugin_registered()
+
+
+def test_an_unsupported_sglang_version_or_a_moved_module_names_the_supported_ones(monkeypatch):
+    from egpo.rollout.sglang import guards, versions
+
+    with pytest.raises(versions.UnsupportedSglangError, match=r"supports sglang 0\.5\.6\.post2 \(verl 0\.7\.1\), 0\.5\.12 \(verl 0\.9\.1\); this environment has sglang 0\.5\.23"):
+        versions.sglang_targets("0.5.23")
+    with pytest.raises(guards.SglangPatchTargetError, match=r"sglang\.srt\.managers\.moved cannot be imported.*0\.5\.6\.post2 and 0\.5\.12"):
+        guards.import_target("sglang.srt.managers.moved")
 
 
 def test_warm_sampler_kernel_compiles_for_the_models_vocabulary(demo, monkeypatch):

@@ -1,6 +1,7 @@
 """What egpo runs on each verl stack, and the start-up refusal (before Ray) of what a stack cannot run yet.
 
-On verl 0.9.1, sglang 0.5.12 (verl 0.9.1's sglang, not patched yet) is refused with the stack that runs it.
+On verl 0.9.1, training with sglang 0.5.12 as the rollout is refused with the stack that runs it: egpo's patches run
+on its engine (tested), but verl 0.9.1's sglang replica and weight push are not proven in a training run yet.
 egpo's CPU backend, the entropy probe and multi-turn rollout entropy run on both (:mod:`egpo.compat.workers`,
 :mod:`egpo.compat.rollout`).
 """
@@ -23,9 +24,10 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
     if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
-        problems.append(f"actor_rollout_ref.rollout.name=sglang: egpo patches sglang 0.5.6.post2 (verl 0.7.1's); verl "
-                        f"{version}'s sglang 0.5.12 is not patched yet; use {OLD_STACK} with sglang, or "
-                        "actor_rollout_ref.rollout.name=vllm with ++algorithm.entropy_source=actor")
+        problems.append(f"actor_rollout_ref.rollout.name=sglang: egpo's patches run on verl {version}'s sglang 0.5.12 "
+                        "engine, but a training run with it (verl's sglang replica, the weight push) is not proven yet; "
+                        f"use {OLD_STACK} with sglang, or actor_rollout_ref.rollout.name=vllm with "
+                        "++algorithm.entropy_source=actor")
     return problems
 
 

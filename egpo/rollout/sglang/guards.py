@@ -31,3 +31,19 @@ def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
             f"patches sglang {' and '.join(SUPPORTED)} (egpo.rollout.sglang.versions); install one of them or update "
             "that table."
         )
+
+
+def import_target(module: str):
+    """An sglang module egpo patches; a moved or missing one stops start-up with this guard's message, naming the
+    installed and the supported versions (not an ImportError from deep inside egpo)."""
+    import importlib
+
+    from egpo.rollout.sglang.versions import SUPPORTED
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise SglangPatchTargetError(
+            f"sglang {sglang_version()}: {module} cannot be imported ({err}); egpo patches sglang "
+            f"{' and '.join(SUPPORTED)} (egpo.rollout.sglang.versions)"
+        ) from None

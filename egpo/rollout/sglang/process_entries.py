@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, sglang_version
+from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, import_target, sglang_version
 from egpo.rollout.sglang.options import export_options
 from egpo.rollout.sglang.standins import prepare_sglang_import
 
@@ -143,13 +143,13 @@ def check_plugin_registered() -> None:
 def install_process_entries(options: EntropyOptions) -> None:
     """In the process that launches sglang: check every target, export the options, and reach the children
     (idempotent). On a CPU machine (stand-ins active) also sets :data:`CPU_ENVIRONMENT` for the children."""
-    import sglang.srt.entrypoints.engine as engine
-    from sglang.srt.managers import detokenizer_manager, scheduler
-
     from egpo.rollout.sglang.scheduler_patches import check_scheduler_patch_targets
     from egpo.rollout.sglang.versions import sglang_targets
 
     targets = sglang_targets()
+    engine = import_target("sglang.srt.entrypoints.engine")
+    detokenizer_manager = import_target("sglang.srt.managers.detokenizer_manager")
+    scheduler = import_target("sglang.srt.managers.scheduler")
     check_scheduler_patch_targets()
     check_parameters(scheduler.run_scheduler_process, targets.scheduler_entry_params,
                      "sglang.srt.managers.scheduler.run_scheduler_process")

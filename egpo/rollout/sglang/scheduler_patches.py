@@ -21,7 +21,7 @@ Speculative decoding samples outside ``Sampler`` and is refused at launch (:mod:
 from __future__ import annotations
 
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, sglang_version
+from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, import_target, sglang_version
 from egpo.rollout.sglang.sampler_patch import ENTROPY_ATTR, apply_sampler_patch
 
 REQ_VALUES = "output_token_entropy_val"  # on Req: every value appended so far
@@ -116,13 +116,13 @@ def stream_output_generation_with_entropy(self, reqs, return_logprob, skip_req=N
 
 # ---------------------------------------------------------------------------------------------- install
 def _targets():
-    from sglang.srt.managers.io_struct import BatchTokenIDOutput
-    from sglang.srt.managers.scheduler_output_processor_mixin import SchedulerOutputProcessorMixin
-    from sglang.srt.managers.utils import GenerationBatchResult
-
     from egpo.rollout.sglang.versions import sglang_targets
 
     version = sglang_targets()
+    BatchTokenIDOutput = import_target("sglang.srt.managers.io_struct").BatchTokenIDOutput
+    SchedulerOutputProcessorMixin = import_target(
+        "sglang.srt.managers.scheduler_output_processor_mixin").SchedulerOutputProcessorMixin
+    GenerationBatchResult = import_target("sglang.srt.managers.utils").GenerationBatchResult
     if "output_token_entropy_val" not in getattr(BatchTokenIDOutput, "__dataclass_fields__", {}):
         raise SglangPatchTargetError(f"sglang {sglang_version()}: BatchTokenIDOutput has no output_token_entropy_val "
                                      "field, which egpo fills")

@@ -9,7 +9,7 @@ Here each request's values are accumulated on its ``ReqState`` exactly where its
 
 from __future__ import annotations
 
-from egpo.rollout.sglang.guards import check_parameters
+from egpo.rollout.sglang.guards import check_parameters, import_target
 
 META_KEY = "output_token_entropy"
 STATE_VALUES = "egpo_output_token_entropy"
@@ -46,7 +46,7 @@ def add_logprob_to_meta_info_with_entropy(self, meta_info, state, top_logprobs_n
 
 def apply_tokenizer_patches() -> None:
     """Idempotent; both targets are checked before either is changed."""
-    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+    TokenizerManager = import_target("sglang.srt.managers.tokenizer_manager").TokenizerManager
 
     targets = [
         ("convert_logprob_style", CONVERT_PARAMS, convert_logprob_style_with_entropy),
