@@ -1,4 +1,5 @@
-"""The entropy patch's share of a real sglang decode step (sglang 0.5.6.post2's Engine, egpo's patches).
+"""The entropy patch's share of a real sglang decode step (the installed sglang's Engine, 0.5.6.post2 or 0.5.12, with
+egpo's patches).
 
     python bench/engine_decode.py [--models demo qwen3-0.6b] [--batches 1 32 256] [--new-tokens 8]
 
@@ -22,7 +23,9 @@ from pathlib import Path
 from egpo.rollout.sglang.process_entries import (
     install_process_entries,
     remove_process_entries,
-    run_scheduler_process_with_entropy,
+    run_detokenizer_process_with_standins,
+    scheduler_entry,
+    set_engine_entries,
 )
 
 TIMINGS_KEY = "egpo_bench_decode_timings"
@@ -49,10 +52,10 @@ def run_scheduler_with_timers(*args, **kwargs):
 
     run_batch, process_result = Scheduler.run_batch, Scheduler.process_batch_result
 
-    def timed_run_batch(self, batch):
+    def timed_run_batch(self, batch, *args, **kwargs):
         current["entropy"] = 0.0
         current["start"] = time.perf_counter()
-        return run_batch(self, batch)
+        return run_batch(self, batch, *args, **kwargs)
 
     def timed_process_result(self, batch, result):
         out = process_result(self, batch, result)
@@ -74,7 +77,7 @@ def run_scheduler_with_timers(*args, **kwargs):
     Scheduler.run_batch = timed_run_batch
     Scheduler.process_batch_result = timed_process_result
     Scheduler.get_internal_state = internal_state
-    return run_scheduler_process_with_entropy(*args, **kwargs)
+    return scheduler_entry()(*args, **kwargs)  # egpo's entry for this sglang (0.5.12: its plugin patches)
 
 
 def build_model(out: Path, name: str) -> Path:
@@ -94,20 +97,20 @@ def build_model(out: Path, name: str) -> Path:
 
 def measure(model_dir: Path, batches: list[int], new_tokens: int) -> dict[int, tuple[float, float, int]]:
     import sglang
-    import sglang.srt.entrypoints.engine as engine_module
 
     from egpo.rollout.entropy import EntropyOptions
     from egpo.rollout.sglang.tokenizer_patches import apply_tokenizer_patches
+    from egpo.rollout.sglang.versions import sglang_targets
 
     install_process_entries(EntropyOptions())
     apply_tokenizer_patches()
-    engine_module.run_scheduler_process = run_scheduler_with_timers
+    set_engine_entries(run_scheduler_with_timers, run_detokenizer_process_with_standins)
     prompt_len = 8
     engine = sglang.Engine(model_path=str(model_dir), device="cpu", attention_backend="torch_native",
                            disable_cuda_graph=True, disable_overlap_schedule=True, dtype="float32", tp_size=1,
                            max_total_tokens=max(batches) * (prompt_len + new_tokens + 2), max_running_requests=max(batches),
                            chunked_prefill_size=max(batches) * prompt_len, mem_fraction_static=0.6, random_seed=0,
-                           skip_tokenizer_init=True, log_level="error")
+                           skip_tokenizer_init=True, log_level="error", **dict(sglang_targets().cpu_engine_args))
     remove_process_entries()  # the children are up; the next engine installs them again
     try:
         for bs in batches:
@@ -126,7 +129,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
     parser.add_argument("--new-tokens", type=int, default=8)
     args = parser.parse_args()
-    print(f"sglang Engine on the CPU, fp32, {args.new_tokens} new tokens per request, overlap off; "
+    from egpo.rollout.sglang.versions import installed_sglang
+
+    print(f"sglang {installed_sglang()} Engine on the CPU, fp32, {args.new_tokens} new tokens per request, overlap off; "
           "sums over the decode steps at each batch size")
     print("| model | batch | decode steps | step (ms) | entropy (ms) | entropy share of the step |")
     print("|---|---|---|---|---|---|")
