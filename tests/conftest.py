@@ -8,14 +8,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from egpo.compat.versions import verl_version  # noqa: E402
 
 VERL = verl_version()
-# what egpo runs on verl 0.7.1 only, so far: the CPU main job with sglang as the rollout (sglang 0.5.6.post2); on
-# verl 0.9.1 sglang 0.5.12's engine is patched and tested, but its training run (verl 0.9.1's sglang replica and
-# weight push on a CPU) is not proven yet and is refused at start-up (egpo.compat.stack)
-ON_071_ONLY = ("the CPU main job with sglang runs on verl 0.7.1 (sglang 0.5.6.post2); with sglang 0.5.12 on verl {} "
-               "it is refused at start-up until proven".format(VERL))
-only_verl_071 = pytest.mark.skipif(VERL != "0.7.1", reason=ON_071_ONLY)
-
-
 def require_sglang():
     """Skips unless sglang is installed; imports it as egpo's processes do (CPU stand-ins first: sglang 0.5.12's
     top-level import needs torchvision)."""

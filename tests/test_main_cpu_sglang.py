@@ -10,11 +10,11 @@ import torch
 from egpo.demo.smoke_run import run_smoke, step_metrics
 from test_main_cpu import COMMON, assert_trained
 
-from conftest import only_verl_071, require_sglang  # noqa: E402
+from conftest import require_sglang  # noqa: E402
 
 require_sglang()
 
-pytestmark = [pytest.mark.e2e, only_verl_071]
+pytestmark = [pytest.mark.e2e]
 
 SGLANG = ("actor_rollout_ref.rollout.name=sglang",)
 ROLLOUT_VS_ACTOR_PROBS = "training/rollout_probs_diff_max"

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from egpo.compat.versions import verl_version
 from egpo.data import write
 from egpo.preflight.__main__ import run
 from egpo.preflight.loggers import logger_findings, wandb_credentials
@@ -18,10 +17,6 @@ from test_recipes import RECIPES
 SAMPLES = Path(__file__).resolve().parent / "data"
 QWEN3 = sorted(p.stem for p in RECIPES.glob("qwen3_*.yaml"))
 CPU = sorted(p.stem for p in RECIPES.glob("cpu_*.yaml"))
-VERL = verl_version()
-# verl 0.9.1's egpo does not patch its sglang (0.5.12) yet and refuses it at start-up: there the Qwen3 recipes are
-# checked with the engine they can name, vllm (actor entropy)
-STACK = ["actor_rollout_ref.rollout.name=vllm"] if VERL == "0.9.1" else []
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +32,11 @@ def workdir(tmp_path_factory):
     return root
 
 
-def overrides_for(recipe: str, demo: Path, stack: bool = True) -> list[str]:
+def overrides_for(recipe: str, demo: Path) -> list[str]:
     if recipe in CPU:
         return [f"egpo_demo.out={demo}"]
     # a tokenizer with <think>, as Qwen3's has
-    return [f"actor_rollout_ref.model.path={demo / 'model'}", *(STACK if stack else [])]
+    return [f"actor_rollout_ref.model.path={demo / 'model'}"]
 
 
 def composed(recipe: str, overrides: list[str]):
@@ -74,9 +69,7 @@ def test_every_recipe_passes_with_its_figures(recipe, demo, workdir, monkeypatch
 
 def qwen3(workdir, demo, monkeypatch, *extra):
     monkeypatch.chdir(workdir)
-    own_rollout = any(e.startswith(("actor_rollout_ref.rollout.name", "++actor_rollout_ref.rollout.engine_kwargs.sglang"))
-                      for e in extra)
-    return run(str(RECIPES), "qwen3_1.7b", [*overrides_for("qwen3_1.7b", demo, stack=not own_rollout), *extra])
+    return run(str(RECIPES), "qwen3_1.7b", [*overrides_for("qwen3_1.7b", demo), *extra])
 
 
 def findings_text(lines):
@@ -114,8 +107,6 @@ def test_validation_share_warns_and_the_suggested_fix_works_pasted(demo, workdir
     ("trainer.logger=[console,file,swanlab]", "swanlab, which is not installed"),
 ])
 def test_each_check_reports_its_problem(demo, workdir, monkeypatch, override, expected):
-    if "engine_kwargs.sglang" in override and VERL == "0.9.1":
-        expected = "rollout.name=sglang: egpo patches sglang 0.5.6.post2"  # sglang refused as a whole there
     status, lines = qwen3(workdir, demo, monkeypatch, override)
     text = findings_text(lines)
     assert expected in text, text

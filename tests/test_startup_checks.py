@@ -295,20 +295,25 @@ def test_every_suggested_fix_passes_the_whole_config(engine, source, bypass):
         assert not (source == "actor" and bypass == "true") and not (source == "rollout" and engine == "vllm")
 
 
-def test_stack_refusals_name_their_fix():
+def test_stack_refusals_name_their_fix(monkeypatch):
     """What a stack's egpo cannot run is refused before Ray (tested on both stacks: the rules are per version)."""
-    from egpo.compat.stack import stack_problems
+    from egpo.compat import stack
+    from egpo.rollout.sglang import versions
 
     cfg = smoke("++trainer.use_v1=true", "++egpo.probe.enable=true", "actor_rollout_ref.rollout.name=sglang",
                 "++actor_rollout_ref.rollout.multi_turn.enable=true")
-    assert stack_problems(cfg, "0.7.1") == []
-    problems = " ".join(stack_problems(cfg, "0.9.1"))
-    assert "probe" not in problems and "multi_turn" not in problems  # both run on both stacks
-    for expected in ("set ++trainer.use_v1=false", "rollout.name=sglang", "pip install -e '.[verl071]'"):
-        assert expected in problems
-    assert stack_problems(smoke(), "0.9.1") == []  # the CPU main job (trainer.device=cpu, hf rollout) runs there
+    monkeypatch.setattr(versions, "installed_sglang", lambda: "0.5.12")
+    [only] = stack.stack_problems(cfg, "0.7.1")  # verl 0.7.1 has no use_v1; its sglang is another
+    assert "sglang 0.5.6.post2 (the one verl 0.7.1 pins); this environment has sglang 0.5.12" in only
+    problems = " ".join(stack.stack_problems(cfg, "0.9.1"))
+    assert "probe" not in problems and "multi_turn" not in problems and "sglang" not in problems  # all run there
+    assert "set ++trainer.use_v1=false" in problems
+    monkeypatch.setattr(versions, "installed_sglang", lambda: "0.5.6.post2")
+    assert "pip install --no-deps sglang==0.5.12 && pip install -r .ci/sglang-0.5.12-cpu-requirements.txt" in " ".join(
+        stack.stack_problems(cfg, "0.9.1"))
+    assert stack.stack_problems(smoke(), "0.9.1") == []  # the CPU main job (trainer.device=cpu, hf rollout) runs there
     # the suggested use_v1 fix, pasted, clears that refusal
-    assert not any("use_v1" in p for p in stack_problems(smoke("++trainer.use_v1=true", "++trainer.use_v1=false"), "0.9.1"))
+    assert not any("use_v1" in p for p in stack.stack_problems(smoke("++trainer.use_v1=true", "++trainer.use_v1=false"), "0.9.1"))
 
 
 def test_an_untested_verl_stops_start_up_naming_the_tested_ones(monkeypatch):

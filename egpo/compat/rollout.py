@@ -30,7 +30,8 @@ CT_SIGNATURES = {
     "verl.utils.tokenizer.continuous_token:ContinuousTokenBuilder.align_response_metadata":
         ("self", "merge_result", "response_mask", "response_logprobs", "assistant_logprobs"),
 }
-REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica"}  # 0.9.1: names egpo adds to verl's registry
+REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica",  # 0.9.1: names egpo adds to verl's registry
+              "sglang": "egpo.rollout.sglang.replica:EntropySGLangReplica"}
 
 
 class VerlRolloutShapeError(RuntimeError):
@@ -88,7 +89,28 @@ def register_replicas() -> None:
 
     for name, target in REGISTERED.items():
         module, _, attr = target.partition(":")
-        RolloutReplicaRegistry.register(name, lambda module=module, attr=attr: getattr(importlib.import_module(module), attr))
+        verl_loader = RolloutReplicaRegistry._registry.get(name)
+        if verl_loader is not None and getattr(verl_loader, "egpo_target", None) is None:
+            _VERL_LOADERS[name] = verl_loader  # egpo's replica extends verl's: keep verl's own loader for it
+
+        def load(module=module, attr=attr):
+            return getattr(importlib.import_module(module), attr)
+
+        load.egpo_target = target
+        RolloutReplicaRegistry.register(name, load)
+
+
+_VERL_LOADERS: dict = {}
+
+
+def verl_replica_class(name: str):
+    """verl's own replica class for ``name`` (through verl's loader, which prepares sglang's import), also where egpo
+    registered its own replica under that name in this process."""
+    if name in _VERL_LOADERS:
+        return _VERL_LOADERS[name]()
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    return get_rollout_replica_class(name)
 
 
 def tool_loop_merges_tokens() -> bool:

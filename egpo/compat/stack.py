@@ -1,33 +1,42 @@
-"""What egpo runs on each verl stack, and the start-up refusal (before Ray) of what a stack cannot run yet.
+"""What egpo runs on each verl stack, and the start-up refusal (before Ray) of what a stack cannot run.
 
-On verl 0.9.1, training with sglang 0.5.12 as the rollout is refused with the stack that runs it: egpo's patches run
-on its engine (tested), but verl 0.9.1's sglang replica and weight push are not proven in a training run yet.
-egpo's CPU backend, the entropy probe and multi-turn rollout entropy run on both (:mod:`egpo.compat.workers`,
-:mod:`egpo.compat.rollout`).
+Both stacks run egpo's CPU backend, the entropy probe, multi-turn rollout entropy (:mod:`egpo.compat.workers`,
+:mod:`egpo.compat.rollout`) and sglang rollout entropy, each with the sglang its verl pins
+(:mod:`egpo.rollout.sglang.versions`). Refused here: verl 0.9.1's TransferQueue trainer, and an sglang other than
+the one egpo patches for the installed verl.
 """
 
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.compat.versions import INSTALL, verl_version
+from egpo.compat.versions import verl_version
 from egpo.settings import EgpoConfigError
 
-OLD_STACK = f"the verl 0.7.1 stack ({INSTALL['0.7.1']}; README, 'Install')"
+
+def stack_sglang(version: str) -> str:
+    """The sglang egpo patches on this verl (the one it pins)."""
+    from egpo.rollout.sglang.versions import TARGETS
+
+    return next(sglang for sglang, targets in TARGETS.items() if targets.verl == version)
+
+
+HAS_V1_TRAINER = {"0.7.1": False, "0.9.1": True}  # trainer.use_v1 (verl's TransferQueue trainer) exists
 
 
 def stack_problems(config: DictConfig, version: str) -> list[str]:
-    if version == "0.7.1":
-        return []
     problems = []
-    if OmegaConf.select(config, "trainer.use_v1", default=False):
+    if HAS_V1_TRAINER[version] and OmegaConf.select(config, "trainer.use_v1", default=False):
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
     if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
-        problems.append(f"actor_rollout_ref.rollout.name=sglang: egpo's patches run on verl {version}'s sglang 0.5.12 "
-                        "engine, but a training run with it (verl's sglang replica, the weight push) is not proven yet; "
-                        f"use {OLD_STACK} with sglang, or actor_rollout_ref.rollout.name=vllm with "
-                        "++algorithm.entropy_source=actor")
+        from egpo.rollout.sglang.versions import install_line, installed_sglang
+
+        installed, expected = installed_sglang(), stack_sglang(version)
+        if installed not in ("not installed", expected):
+            problems.append(f"actor_rollout_ref.rollout.name=sglang: on verl {version} egpo patches sglang {expected} "
+                            f"(the one verl {version} pins); this environment has sglang {installed}. Install it: "
+                            f"{install_line(expected)} (on a GPU: sglang=={expected} with its dependencies)")
     return problems
 
 

@@ -37,4 +37,8 @@ class CpuEngineActorRolloutRefWorker(ProbeEngineActorRolloutRefWorker):
         init_gloo_process_group(int(config.get("nccl_timeout", 600)))
         register_cpu_engines()
         register_hf_rollout()
+        if config.rollout.name == "sglang":
+            from egpo.cpu.sglang_rollout import prepare_worker_for_sglang
+
+            prepare_worker_for_sglang()
         super().__init__(config, role, **kwargs)

@@ -85,10 +85,15 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
 
 
 SGLANG_CPU_ENGINE = {"device": "cpu", "attention_backend": "torch_native", "enable_memory_saver": False}
-SGLANG_CPU_INSTALL = (
-    "pip install --no-deps sglang==0.5.6.post2 && pip install -r .ci/sglang-cpu-requirements.txt "
-    "(README, 'sglang on a CPU')"
-)
+
+
+def sglang_cpu_install() -> str:
+    """The CPU install line of the sglang egpo patches on the installed verl."""
+    from egpo.compat.stack import stack_sglang
+    from egpo.compat.versions import verl_version
+    from egpo.rollout.sglang.versions import install_line
+
+    return f"{install_line(stack_sglang(verl_version()))} (README, 'sglang on a CPU')"
 
 
 def _sglang_cpu_problems(config: DictConfig) -> list[str]:
@@ -98,7 +103,7 @@ def _sglang_cpu_problems(config: DictConfig) -> list[str]:
     rollout = config.actor_rollout_ref.rollout
     problems = []
     if importlib.util.find_spec("sglang") is None:
-        problems.append(f"sglang installed: {SGLANG_CPU_INSTALL}")
+        problems.append(f"sglang installed: {sglang_cpu_install()}")
     engine = (rollout.get("engine_kwargs", None) or {}).get("sglang", None) or {}
     for key, value in SGLANG_CPU_ENGINE.items():
         if engine.get(key, None) != value:

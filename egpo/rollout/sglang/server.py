@@ -32,6 +32,7 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         from egpo.rollout.sglang.process_entries import install_process_entries
 
         refuse_unsupported_settings(self.config)
+        add_cpu_engine_settings(self.config)
         install_process_entries(EntropyOptions.from_rollout_config(self.config))
         apply_tokenizer_patches()
         await super().launch_server(master_address=master_address, master_port=master_port)
@@ -79,6 +80,19 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         """The output of a request that ended before its first token (verl's generate fails to unpack it)."""
         return TokenOutput(token_ids=[], log_probs=[], routed_experts=None, stop_reason=captured.finish_reason,
                            extra_fields={"global_steps": self.global_steps})
+
+
+def add_cpu_engine_settings(config) -> None:
+    """On a CPU engine (``engine_kwargs.sglang.device=cpu``), the settings this sglang version needs there
+    (:attr:`egpo.rollout.sglang.versions.SglangTargets.cpu_engine_args`) unless the config sets them."""
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    engine_kwargs = (config.get("engine_kwargs", {}) or {}).get("sglang", None)
+    if engine_kwargs is None or engine_kwargs.get("device") != "cpu":
+        return
+    for key, value in sglang_targets().cpu_engine_args:
+        if key not in engine_kwargs:
+            engine_kwargs[key] = value
 
 
 @dataclass(frozen=True)

@@ -136,14 +136,31 @@ def cpu_standins_needed() -> bool:
     return importlib.util.find_spec("sgl_kernel") is None
 
 
+TORCHVISION_GATED = ("AutoImageProcessor",)  # what sglang 0.5.12 imports from transformers at its own import
+PLACEHOLDER = "_LazyModule.__getattr__.<locals>.Placeholder"
+
+
 def _forget_cached_torchvision_check() -> None:
-    """transformers caches "is torchvision installed?" (``lru_cache``); where it asked before the stand-in existed,
-    sglang 0.5.12's image-processor registration (``sglang.srt.configs``) would find a dummy and fail."""
+    """transformers caches "is torchvision installed?" (``lru_cache``), and the placeholder class it hands out for a
+    name that needed torchvision (``AutoImageProcessor``, whose ``register`` is None); where either happened before the
+    stand-in existed (verl touches them at import), sglang 0.5.12's image-processor registration
+    (``sglang.srt.configs``) would fail. Both are forgotten, so the names resolve again."""
     module = sys.modules.get("transformers.utils.import_utils")
     for name in ("is_torchvision_available", "is_torchvision_v2_available"):
         check = getattr(module, name, None) if module is not None else None
         if hasattr(check, "cache_clear"):
             check.cache_clear()
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return
+    import importlib
+
+    # transformers' top level answers names whose backend it found missing at its import with a placeholder: point
+    # them at the real class in its own module, now importable
+    for attr in TORCHVISION_GATED:
+        value = getattr(transformers, attr, None)
+        if isinstance(value, type) and value.__qualname__.endswith(PLACEHOLDER):
+            setattr(transformers, attr, getattr(importlib.import_module(value.__module__), attr))
 
 
 def install_standins() -> None:
