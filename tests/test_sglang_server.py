@@ -98,6 +98,7 @@ def test_missing_or_misaligned_entropy_fails_loudly():
         ({"mtp": SimpleNamespace(enable=True, enable_rollout=True)}, "mtp.enable_rollout=true"),
         ({"engine_kwargs": {"sglang": {"dp_size": 2}}}, "engine_kwargs.sglang.dp_size=2"),
         ({"engine_kwargs": {"sglang": {"speculative_algorithm": "EAGLE"}}}, "speculative_algorithm=EAGLE"),
+        ({"disaggregation": SimpleNamespace(enabled=True)}, "disaggregation.enabled=false"),
     ],
 )
 def test_unsupported_settings_are_refused(change, message):

@@ -1,4 +1,4 @@
-"""Rollout settings under which sglang 0.5.6.post2 returns no, or wrong, per-token entropy.
+"""Rollout settings under which sglang (0.5.6.post2, 0.5.12) returns no, or wrong, per-token entropy.
 
 Checked at start-up (before Ray starts) and again by the server before sglang launches. No sglang import here.
 verl spreads ``engine_kwargs.sglang`` last into sglang's server arguments, so the same settings are refused there
@@ -56,6 +56,13 @@ def refuse_unsupported_settings(config) -> None:
         problems.append(
             "actor_rollout_ref.rollout.mtp.enable_rollout=true: speculative decoding samples inside the verify "
             "kernel, not the sampler, so there is no per-token entropy; disable MTP rollout"
+        )
+    disaggregation = getattr(config, "disaggregation", None)  # verl >= 0.9: prefill-decode disaggregation
+    if disaggregation is not None and bool(getattr(disaggregation, "enabled", False)):
+        problems.append(
+            "actor_rollout_ref.rollout.disaggregation.enabled=true: the prefill server samples each response's first "
+            "token, and the decode server, which returns the response, has no entropy for it; set "
+            "actor_rollout_ref.rollout.disaggregation.enabled=false"
         )
     if problems:
         raise UnsupportedRolloutSettingError("rollout entropy from sglang cannot be produced: " + "; ".join(problems))
