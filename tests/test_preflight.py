@@ -103,7 +103,7 @@ def test_validation_share_warns_and_the_suggested_fix_works_pasted(demo, workdir
     ("actor_rollout_ref.rollout.tensor_model_parallel_size=3", "tensor_model_parallel_size=3 does not divide the 8"),
     ("actor_rollout_ref.rollout.temperature=0", "verl's validate_config refuses this config"),
     ("data.max_prompt_length=120", "are dropped by data.filter_overlong_prompts"),
-    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.dp_size=2", "engine_kwargs.sglang.dp_size=2"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.sglang.enable_dp_attention=true", "engine_kwargs.sglang.enable_dp_attention=True"),
     ("trainer.logger=[console,file,swanlab]", "swanlab, which is not installed"),
 ])
 def test_each_check_reports_its_problem(demo, workdir, monkeypatch, override, expected):

@@ -213,3 +213,22 @@ def test_patches_change_no_token_and_no_log_prob(model_dir):
         assert plain["output_ids"] == patched["output_ids"]
         assert plain["meta_info"]["output_token_logprobs"] == patched["meta_info"]["output_token_logprobs"]
         assert "output_token_entropy" not in plain["meta_info"]
+
+
+def test_data_parallel_engine_returns_entropy_from_every_scheduler(model_dir, ref_model):
+    """dp_size=2 (sglang's data-parallel controller, two schedulers): requests spread over both, each with its
+    entropy. sglang 0.5.12 hands the controller the engine's scheduler entry, so egpo's reaches both schedulers;
+    0.5.6.post2's controller binds sglang's own (refused at start-up there, egpo.rollout.sglang.limits)."""
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    if not sglang_targets().data_parallel_reaches_schedulers:
+        pytest.skip("sglang 0.5.6.post2's data-parallel controller is out of egpo's reach (refused at start-up)")
+    with sglang_engine(model_dir, EntropyOptions(), dp_size=2, max_total_tokens=2048) as engine:
+        params = [dict(GREEDY, ignore_eos=True)] * len(PROMPTS) + [dict(p, ignore_eos=True) for p in SAMPLING]
+        prompts = PROMPTS + PROMPTS[: len(SAMPLING)]
+        outs = engine.generate(input_ids=prompts, sampling_params=params, return_logprob=True)
+        for prompt, param, out in zip(prompts, params, outs):
+            assert len(out["output_ids"]) == param["max_new_tokens"]
+            check_output(ref_model, prompt, out, temperature=param["temperature"])
+        states = engine.get_server_info()["internal_states"]
+        assert len(states) == 2  # both schedulers answered

@@ -10,6 +10,9 @@ from egpo.keys import ROLLOUT_ENTROPY
 from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()
+from egpo.rollout.sglang.versions import sglang_targets  # noqa: E402
+
+DP_REACHES = sglang_targets().data_parallel_reaches_schedulers
 from egpo.rollout.sglang.replica import EntropySGLangReplica  # noqa: E402  (through verl's sglang loader)
 from egpo.rollout.sglang.limits import UnsupportedRolloutSettingError, refuse_unsupported_settings  # noqa: E402
 from egpo.rollout.sglang.server import EntropySGLangHttpServer, capture_entropy  # noqa: E402
@@ -93,10 +96,13 @@ def test_missing_or_misaligned_entropy_fails_loudly():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"data_parallel_size": 2}, "data_parallel_size=2"),
+        pytest.param({"data_parallel_size": 2}, "data_parallel_size=2", marks=pytest.mark.skipif(
+            DP_REACHES, reason="sglang 0.5.12's data-parallel controller runs egpo's scheduler entry")),
         ({"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size=2"),
         ({"mtp": SimpleNamespace(enable=True, enable_rollout=True)}, "mtp.enable_rollout=true"),
-        ({"engine_kwargs": {"sglang": {"dp_size": 2}}}, "engine_kwargs.sglang.dp_size=2"),
+        pytest.param({"engine_kwargs": {"sglang": {"dp_size": 2}}}, "engine_kwargs.sglang.dp_size=2",
+                     marks=pytest.mark.skipif(DP_REACHES, reason="as data_parallel_size")),
+        ({"engine_kwargs": {"sglang": {"enable_dp_attention": True}}}, "enable_dp_attention=True"),
         ({"engine_kwargs": {"sglang": {"speculative_algorithm": "EAGLE"}}}, "speculative_algorithm=EAGLE"),
         ({"disaggregation": SimpleNamespace(enabled=True)}, "disaggregation.enabled=false"),
     ],
@@ -137,6 +143,8 @@ def test_process_entries_are_installed_once_and_picklable():
         if on_class:
             assert engine.Engine.run_scheduler_process_func is process_entries.scheduler_entry()
             assert engine.Engine.run_detokenizer_process_func is process_entries.run_detokenizer_process_with_standins
+        if sglang_targets().data_parallel_reaches_schedulers:  # its controller process needs the stand-ins too
+            assert engine.run_data_parallel_controller_process is process_entries.run_data_parallel_controller_with_standins
         for entry in (engine.run_scheduler_process, engine.run_detokenizer_process):
             assert pickle.loads(pickle.dumps(entry)) is entry  # by reference: the child imports egpo's module
         assert read_options() == EntropyOptions(top_k=7)  # what the spawned process will read
@@ -146,6 +154,10 @@ def test_process_entries_are_installed_once_and_picklable():
     assert engine.run_detokenizer_process is detokenizer_manager.run_detokenizer_process
     if on_class:
         assert engine.Engine.run_scheduler_process_func is scheduler.run_scheduler_process
+    if sglang_targets().data_parallel_reaches_schedulers:
+        from sglang.srt.managers import data_parallel_controller
+
+        assert engine.run_data_parallel_controller_process is data_parallel_controller.run_data_parallel_controller_process
 
 
 def test_scheduler_entry_warms_the_kernel_before_sglang_builds_its_scheduler(monkeypatch):

@@ -13,12 +13,14 @@ class UnsupportedRolloutSettingError(ValueError):
 
 
 ENGINE_KWARGS_PREFIX = "actor_rollout_ref.rollout.engine_kwargs.sglang"
-DATA_PARALLEL = "sglang's data-parallel controller starts schedulers through a function bound before egpo can patch it"
+DATA_PARALLEL = ("sglang 0.5.6.post2's data-parallel controller starts schedulers through a function bound before egpo "
+                 "can patch it")
+DP_ATTENTION = "data-parallel attention is not covered by egpo's tests"
 SPECULATIVE = "speculative decoding samples inside the verify kernel, not the sampler, so there is no per-token entropy"
 # engine_kwargs.sglang keys that reach sglang's ServerArgs and break per-token entropy: (is it set?, why)
 ENGINE_KWARGS_LIMITS = {
     "dp_size": (lambda v: v is not None and int(v) > 1, DATA_PARALLEL),
-    "enable_dp_attention": (bool, DATA_PARALLEL),
+    "enable_dp_attention": (bool, DP_ATTENTION),
     "pp_size": (lambda v: v is not None and int(v) > 1, "pipeline parallel rebuilds the logits output and drops the "
                                                         "entropy"),
     "speculative_algorithm": (lambda v: v not in (None, "", "None", "none"), SPECULATIVE),
@@ -26,24 +28,32 @@ ENGINE_KWARGS_LIMITS = {
 }
 
 
+def _data_parallel_reaches_schedulers() -> bool:
+    """Whether the installed sglang's data-parallel controller runs egpo's scheduler entry (no sglang import)."""
+    from egpo.rollout.sglang.versions import TARGETS, installed_sglang
+
+    targets = TARGETS.get(installed_sglang())
+    return targets is not None and targets.data_parallel_reaches_schedulers
+
+
 def _engine_kwargs_problems(config) -> list[str]:
     engine_kwargs = getattr(config, "engine_kwargs", None) or {}
     sglang = (engine_kwargs.get("sglang", None) if hasattr(engine_kwargs, "get") else
               getattr(engine_kwargs, "sglang", None)) or {}
+    allowed = {"dp_size"} if _data_parallel_reaches_schedulers() else set()
     return [
         f"{ENGINE_KWARGS_PREFIX}.{key}={sglang[key]}: {why}; remove it (~{ENGINE_KWARGS_PREFIX}.{key})"
         for key, (is_set, why) in ENGINE_KWARGS_LIMITS.items()
-        if key in sglang and is_set(sglang[key])
+        if key in sglang and key not in allowed and is_set(sglang[key])
     ]
 
 
 def refuse_unsupported_settings(config) -> None:
     problems = []
-    if int(config.data_parallel_size) > 1:
+    if int(config.data_parallel_size) > 1 and not _data_parallel_reaches_schedulers():
         problems.append(
-            f"actor_rollout_ref.rollout.data_parallel_size={config.data_parallel_size}: sglang's data-parallel "
-            "controller starts schedulers through a function bound before egpo can patch it; use 1 (more replicas "
-            "instead)"
+            f"actor_rollout_ref.rollout.data_parallel_size={config.data_parallel_size}: {DATA_PARALLEL}; use 1 (more "
+            "replicas instead), or sglang 0.5.12 (verl 0.9.1)"
         )
     if int(config.pipeline_model_parallel_size) > 1:
         problems.append(

@@ -66,6 +66,14 @@ def run_scheduler_process_with_standins(*args, **kwargs):
     return run_scheduler_process(*args, **kwargs)
 
 
+def run_data_parallel_controller_with_standins(*args, **kwargs):
+    """Runs inside the spawned data-parallel controller (0.5.12, CPU: importing this module installed the stand-ins;
+    it starts the schedulers with the entry the engine hands it, egpo's)."""
+    from sglang.srt.managers.data_parallel_controller import run_data_parallel_controller_process
+
+    return run_data_parallel_controller_process(*args, **kwargs)
+
+
 def run_detokenizer_process_with_standins(*args, **kwargs):
     """Runs inside the spawned detokenizer process (importing this module installed the stand-ins it needs)."""
     from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
@@ -122,7 +130,8 @@ def set_engine_entries(scheduler_fn, detokenizer_fn) -> None:
 
 
 ENTRIES = {"run_scheduler_process": (run_scheduler_process_with_entropy, run_scheduler_process_with_standins),
-           "run_detokenizer_process": (run_detokenizer_process_with_standins,)}
+           "run_detokenizer_process": (run_detokenizer_process_with_standins,),
+           "run_data_parallel_controller_process": (run_data_parallel_controller_with_standins,)}
 
 
 def check_plugin_registered() -> None:
@@ -167,6 +176,17 @@ def install_process_entries(options: EntropyOptions) -> None:
                        targets.scheduler_entry_params, launcher_reads_module)
     _swap_module_entry(engine, "run_detokenizer_process", detokenizer_manager.run_detokenizer_process,
                        run_detokenizer_process_with_standins, DETOKENIZER_PARAMS, launcher_reads_module)
+    if targets.data_parallel_reaches_schedulers:  # the controller process needs the stand-ins too
+        controller = import_target("sglang.srt.managers.data_parallel_controller")
+        if "run_data_parallel_controller_process" not in engine.Engine._launch_scheduler_processes.__code__.co_names:
+            raise SglangPatchTargetError(
+                f"sglang {sglang_version()}: Engine._launch_scheduler_processes no longer starts the data-parallel "
+                "controller through the module attribute run_data_parallel_controller_process"
+            )
+        _swap_module_entry(engine, "run_data_parallel_controller_process",
+                           controller.run_data_parallel_controller_process,
+                           run_data_parallel_controller_with_standins,
+                           ("server_args", "port_args", "pipe_writer", "run_scheduler_process_func"), False)
     if targets.engine_entries_on_class:
         _swap_class_entry(engine.Engine, "run_scheduler_process_func", scheduler.run_scheduler_process, scheduler_fn)
         _swap_class_entry(engine.Engine, "run_detokenizer_process_func", detokenizer_manager.run_detokenizer_process,
@@ -180,3 +200,9 @@ def remove_process_entries() -> None:
 
     os.environ.pop(ENV_VAR, None)  # sglang 0.5.12's plugin acts only while it is set
     set_engine_entries(scheduler.run_scheduler_process, detokenizer_manager.run_detokenizer_process)
+    import sglang.srt.entrypoints.engine as engine
+
+    if engine.__dict__.get("run_data_parallel_controller_process") is run_data_parallel_controller_with_standins:
+        from sglang.srt.managers import data_parallel_controller
+
+        engine.run_data_parallel_controller_process = data_parallel_controller.run_data_parallel_controller_process

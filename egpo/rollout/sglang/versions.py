@@ -30,6 +30,9 @@ class SglangTargets:
     engine_entries_on_class: bool  # Engine.run_scheduler_process_func / run_detokenizer_process_func exist
     cpu_requirements: str  # what its real engine needs on a CPU besides sglang itself (installed --no-deps)
     cpu_engine_args: tuple[tuple[str, object], ...] = ()  # engine settings a CPU run needs on top of device=cpu
+    # the data-parallel controller (dp_size > 1) starts its schedulers from the entry the engine hands it, which
+    # egpo reaches; 0.5.6.post2's controller binds sglang's own at import, out of egpo's reach
+    data_parallel_reaches_schedulers: bool = False
 
 
 TARGETS = {
@@ -56,6 +59,7 @@ TARGETS = {
         cpu_requirements=".ci/sglang-0.5.12-cpu-requirements.txt",
         # piecewise CUDA graphs are on by default and turn off by themselves only with SGLANG_USE_CPU_ENGINE=1
         cpu_engine_args=(("disable_piecewise_cuda_graph", True),),
+        data_parallel_reaches_schedulers=True,
     ),
 }
 SUPPORTED = tuple(TARGETS)
