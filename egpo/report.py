@@ -8,9 +8,12 @@ arm and seed come from a ``run.json`` beside its file, else from a file or folde
 file's name is the arm and the seed is 0. A step's value is the mean over the ``window`` steps ending there.
 
 Tables: per arm at each chosen step, mean and spread (standard deviation, min, max) over seeds; the paired
-per-seed difference of each arm from the baseline arm (mean, standard deviation, seeds where it is positive).
-Plots: one PNG per metric, the mean over seeds per arm with the min-max band. Needs matplotlib
-(``pip install -e '.[report]'``).
+per-seed difference of each arm from the baseline arm: mean, standard deviation, seeds where it is positive, a
+bootstrap 95% interval of the mean, the exact Wilcoxon signed-rank p-value and the seeds a paired test would need
+for 80% power (:mod:`egpo.significance`). ``report.csv`` holds those comparisons, one row per metric, step and arm
+(``metric, step, arm, baseline, n_seeds, mean_diff, ci_low, ci_high, p_value``, then ``sd, seeds_positive,
+seeds_for_80pct_power, significant``). Plots: per metric, the mean over seeds per arm with the min-max band, and
+the paired difference from the baseline with its bootstrap 95% band. Needs matplotlib (``pip install -e '.[report]'``).
 """
 
 from __future__ import annotations
@@ -106,24 +109,103 @@ def summary_table(runs, metric: str, steps: list[int], window: int) -> list[str]
     return lines
 
 
-def paired_table(runs, metric: str, steps: list[int], window: int, baseline: str) -> list[str]:
-    lines = [f"| arm - {baseline} | step | paired seeds | mean diff | std | seeds > 0 |", "|---|---|---|---|---|---|"]
+def paired_differences(runs, metric: str, step: int, window: int, arm: str, baseline: str) -> list[float]:
+    """arm - baseline at ``step``, per seed that both arms ran (paired by seed)."""
     base = runs.get(baseline, {})
-    for arm, seeds in runs.items():
+    diffs = []
+    for seed, series in sorted(runs[arm].items()):
+        a, b = at_step(series, metric, step, window), at_step(base.get(seed, {}), metric, step, window)
+        if a is not None and b is not None:
+            diffs.append(a - b)
+    return diffs
+
+
+def comparisons(runs, metric: str, steps: list[int], window: int, baseline: str):
+    """(arm, step, PairedComparison) for every arm but the baseline, at each step with paired seeds."""
+    from egpo.significance import compare
+
+    for arm in runs:
         if arm == baseline:
             continue
         for step in steps:
-            diffs = []
-            for seed, series in seeds.items():
-                a, b = at_step(series, metric, step, window), at_step(base.get(seed, {}), metric, step, window)
-                if a is not None and b is not None:
-                    diffs.append(a - b)
-            if not diffs:
-                continue
-            mean, std = mean_std(diffs)
-            lines.append(f"| {arm} | {step} | {len(diffs)} | {_fmt(mean)} | {_fmt(std)} | "
-                         f"{sum(d > 0 for d in diffs)}/{len(diffs)} |")
+            diffs = paired_differences(runs, metric, step, window, arm, baseline)
+            if diffs:
+                yield arm, step, compare(diffs)
+
+
+def paired_table(runs, metric: str, steps: list[int], window: int, baseline: str) -> list[str]:
+    lines = [f"| arm - {baseline} | step | paired seeds | mean diff | std | seeds > 0 | 95% CI (bootstrap) | "
+             "p (signed-rank) | significant | seeds for 80% power |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, step, c in comparisons(runs, metric, steps, window, baseline):
+        power = "-" if c.seeds_for_80pct_power is None else str(c.seeds_for_80pct_power)
+        lines.append(f"| {arm} | {step} | {c.n_seeds} | {_fmt(c.mean_diff)} | {_fmt(c.sd)} | "
+                     f"{c.seeds_positive}/{c.n_seeds} | [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}] | {c.p_value:.3g} | "
+                     f"{'yes' if c.significant else 'no'} | {power} |")
     return lines
+
+
+CSV_COLUMNS = ("metric", "step", "arm", "baseline", "n_seeds", "mean_diff", "ci_low", "ci_high", "p_value",
+               "sd", "seeds_positive", "seeds_for_80pct_power", "significant")
+
+
+def write_csv(runs, steps: list[int], window: int, baseline: str, out: Path) -> int:
+    """One row per metric, step and arm: the paired comparison with the baseline. Returns the rows written."""
+    import csv
+
+    rows = 0
+    with out.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for metric in METRICS:
+            for arm, step, c in comparisons(runs, metric, steps, window, baseline):
+                writer.writerow([metric, step, arm, baseline, c.n_seeds, repr(c.mean_diff), repr(c.ci_low),
+                                 repr(c.ci_high), repr(c.p_value), repr(c.sd), c.seeds_positive,
+                                 "" if c.seeds_for_80pct_power is None else c.seeds_for_80pct_power,
+                                 int(c.significant)])
+                rows += 1
+    return rows
+
+
+def plot_differences(runs, metric: str, title: str, out: Path, window: int, baseline: str) -> bool:
+    """Per arm, the mean paired difference from the baseline at every step, with its bootstrap 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from egpo.significance import bootstrap_ci
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    drawn = False
+    for arm in runs:
+        if arm == baseline:
+            continue
+        steps = sorted({s for series in runs[arm].values() for s in series})
+        xs, mean, low, high = [], [], [], []
+        for step in steps:
+            diffs = paired_differences(runs, metric, step, window, arm, baseline)
+            if diffs:
+                lo, hi = bootstrap_ci(diffs, resamples=2000)
+                xs.append(step)
+                mean.append(statistics.mean(diffs))
+                low.append(lo)
+                high.append(hi)
+        if xs:
+            ax.plot(xs, mean, label=arm)
+            ax.fill_between(xs, low, high, alpha=0.15)
+            drawn = True
+    if drawn:
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{title}: arm - {baseline}")
+        ax.set_title(f"{title}, paired difference from {baseline}\nmean over seeds, bootstrap 95% band, "
+                     f"{window}-step window", fontsize=10)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return drawn
 
 
 def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
@@ -175,8 +257,16 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
             lines += [f"![{title}]({png.name})", ""]
         lines += summary_table(runs, metric, steps, window) + [""]
         if baseline in runs and len(runs) > 1:
-            lines += [f"Paired per-seed differences from `{baseline}`:", ""]
+            lines += [f"Paired per-seed differences from `{baseline}` (95% bootstrap interval of the mean; exact "
+                      "Wilcoxon signed-rank p-value, significant below 0.05; seeds a paired test would need to see "
+                      "this difference at 80% power):", ""]
+            diff_png = root / f"{metric.replace('/', '_')}_diff.png"
+            if plot_differences(runs, metric, title, diff_png, window, baseline):
+                lines += [f"![{title}, difference from {baseline}]({diff_png.name})", ""]
             lines += paired_table(runs, metric, steps, window, baseline) + [""]
+    if baseline in runs and len(runs) > 1:
+        rows = write_csv(runs, steps, window, baseline, root / "report.csv")
+        lines += [f"`report.csv`: the {rows} paired comparisons above, one row per metric, step and arm.", ""]
     report = root / "report.md"
     report.write_text("\n".join(lines))
     return report

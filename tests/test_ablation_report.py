@@ -28,9 +28,22 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     # grpo at step 2: 2, 3, 4 -> mean 3, std 1; egpo_actor: 2.5, 3, 5.5 -> mean 3.667
     assert "| grpo | 2 | 3 | 3 | 1 | 2 | 4 |" in report
     assert "| egpo_actor | 2 | 3 | 3.667 |" in report
-    # paired: +0.5, 0, +1.5 -> mean 0.6667, positive in 2 of 3 seeds
-    assert "| egpo_actor | 2 | 3 | 0.6667 | 0.7638 | 2/3 |" in report
+    # paired: +0.5, 0, +1.5 -> mean 0.6667, positive in 2 of 3 seeds; the signed-rank test on the two non-zero
+    # differences (ranks 1, 2, both +): every sign flip is at most as extreme only for ++ and --: p = 2/4 = 0.5
+    assert "| egpo_actor | 2 | 3 | 0.6667 | 0.7638 | 2/3 | [0, 1.5] | 0.5 | no |" in report
     assert (tmp_path / "egpo_cot_entropy_mean.png").stat().st_size > 1000
+    assert (tmp_path / "egpo_cot_entropy_mean_diff.png").stat().st_size > 1000
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "report.csv").open()))
+    assert list(rows[0])[:9] == ["metric", "step", "arm", "baseline", "n_seeds", "mean_diff", "ci_low", "ci_high",
+                                 "p_value"]
+    [row] = [r for r in rows if r["metric"] == "egpo/cot_entropy_mean" and r["step"] == "2"]
+    assert row["arm"] == "egpo_actor" and row["baseline"] == "grpo" and row["n_seeds"] == "3"
+    assert float(row["mean_diff"]) == pytest.approx(2 / 3) and float(row["p_value"]) == pytest.approx(0.5)
+    assert float(row["ci_low"]) <= float(row["mean_diff"]) <= float(row["ci_high"])
+    # critic/score/mean exists in grpo only: nothing to pair, no row
+    assert not [r for r in rows if r["metric"] == "critic/score/mean"]
     # a 2-step window averages steps 1 and 2
     assert "| grpo | 2 | 3 | 2.5 |" in write_report(tmp_path, steps=[2], window=2).read_text()
 
