@@ -65,8 +65,8 @@ def keep_torch_tensor_reducer() -> None:
     if 'hasattr(reductions, "_reduce_tensor_original")' not in inspect.getsource(patch_torch.monkey_patch_torch_reductions):
         raise RuntimeError(
             "sglang.srt.utils.patch_torch.monkey_patch_torch_reductions no longer skips itself when "
-            "torch.multiprocessing.reductions._reduce_tensor_original exists (sglang 0.5.6.post2 does); egpo cannot "
-            "keep torch's CPU tensor reducer. Pin sglang==0.5.6.post2."
+            "torch.multiprocessing.reductions._reduce_tensor_original exists (sglang 0.5.6.post2 and 0.5.12 do); egpo "
+            "cannot keep torch's CPU tensor reducer. Install the sglang egpo.rollout.sglang.versions lists for your verl."
         )
     if not hasattr(reductions, "_reduce_tensor_original"):
         reductions._reduce_tensor_original = reductions.reduce_tensor

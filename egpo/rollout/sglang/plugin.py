@@ -6,9 +6,9 @@ runs every function registered under the ``sglang.srt.plugins`` entry-point grou
 acts only in the spawned processes of an engine egpo launched:
 :func:`egpo.rollout.sglang.process_entries.install_process_entries` exports the entropy options
 (``EGPO_ROLLOUT_ENTROPY``) before sglang starts its processes, which inherit them; any other sglang user of the
-environment, and the launching process itself, are left untouched. It applies the same checked patches as the 0.5.6.post2 path
-(:mod:`egpo.rollout.sglang.scheduler_patches`; the parent checked every target before launching, because sglang
-logs and swallows a plugin's exceptions), and registers with sglang's ``HookRegistry`` a hook before
+environment, and the launching process itself, are left untouched. It applies the same checked patches as the
+0.5.6.post2 path (:mod:`egpo.rollout.sglang.scheduler_patches`; the parent checked every target before launching,
+because sglang logs and swallows a plugin's exceptions), and registers with sglang's ``HookRegistry`` a hook before
 ``configure_scheduler_process`` that compiles the entropy kernel for the model's vocabulary on a GPU before the
 scheduler is built.
 """
