@@ -120,24 +120,27 @@ def paired_differences(runs, metric: str, step: int, window: int, arm: str, base
     return diffs
 
 
-def comparisons(runs, metric: str, steps: list[int], window: int, baseline: str):
+def comparisons(runs, metric: str, steps: list[int], window: int, baseline: str) -> list:
     """(arm, step, PairedComparison) for every arm but the baseline, at each step with paired seeds."""
     from egpo.significance import compare
 
+    found = []
     for arm in runs:
         if arm == baseline:
             continue
         for step in steps:
             diffs = paired_differences(runs, metric, step, window, arm, baseline)
             if diffs:
-                yield arm, step, compare(diffs)
+                found.append((arm, step, compare(diffs)))
+    return found
 
 
-def paired_table(runs, metric: str, steps: list[int], window: int, baseline: str) -> list[str]:
+def paired_table(found: list, baseline: str) -> list[str]:
+    """The table of :func:`comparisons`' results for one metric."""
     lines = [f"| arm - {baseline} | step | paired seeds | mean diff | std | seeds > 0 | 95% CI (bootstrap) | "
              "p (signed-rank) | significant | seeds for 80% power |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for arm, step, c in comparisons(runs, metric, steps, window, baseline):
+    for arm, step, c in found:
         power = "-" if c.seeds_for_80pct_power is None else str(c.seeds_for_80pct_power)
         lines.append(f"| {arm} | {step} | {c.n_seeds} | {_fmt(c.mean_diff)} | {_fmt(c.sd)} | "
                      f"{c.seeds_positive}/{c.n_seeds} | [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}] | {c.p_value:.3g} | "
@@ -149,16 +152,17 @@ CSV_COLUMNS = ("metric", "step", "arm", "baseline", "n_seeds", "mean_diff", "ci_
                "sd", "seeds_positive", "seeds_for_80pct_power", "significant")
 
 
-def write_csv(runs, steps: list[int], window: int, baseline: str, out: Path) -> int:
-    """One row per metric, step and arm: the paired comparison with the baseline. Returns the rows written."""
+def write_csv(found_by_metric: dict[str, list], baseline: str, out: Path) -> int:
+    """One row per metric, step and arm: the paired comparison with the baseline (:func:`comparisons` per metric).
+    Returns the rows written."""
     import csv
 
     rows = 0
     with out.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
-        for metric in METRICS:
-            for arm, step, c in comparisons(runs, metric, steps, window, baseline):
+        for metric, found in found_by_metric.items():
+            for arm, step, c in found:
                 writer.writerow([metric, step, arm, baseline, c.n_seeds, repr(c.mean_diff), repr(c.ci_low),
                                  repr(c.ci_high), repr(c.p_value), repr(c.sd), c.seeds_positive,
                                  "" if c.seeds_for_80pct_power is None else c.seeds_for_80pct_power,
@@ -248,6 +252,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     lines = [f"# EGPO ablation report: {root}", "",
              f"Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
              f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
+    found_by_metric: dict[str, list] = {}
     for metric, title in METRICS.items():
         if not any(metric in m for seeds in runs.values() for series in seeds.values() for m in series.values()):
             continue
@@ -263,9 +268,10 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
             diff_png = root / f"{metric.replace('/', '_')}_diff.png"
             if plot_differences(runs, metric, title, diff_png, window, baseline):
                 lines += [f"![{title}, difference from {baseline}]({diff_png.name})", ""]
-            lines += paired_table(runs, metric, steps, window, baseline) + [""]
+            found_by_metric[metric] = comparisons(runs, metric, steps, window, baseline)
+            lines += paired_table(found_by_metric[metric], baseline) + [""]
     if baseline in runs and len(runs) > 1:
-        rows = write_csv(runs, steps, window, baseline, root / "report.csv")
+        rows = write_csv(found_by_metric, baseline, root / "report.csv")
         lines += [f"`report.csv`: the {rows} paired comparisons above, one row per metric, step and arm.", ""]
     report = root / "report.md"
     report.write_text("\n".join(lines))

@@ -3,20 +3,17 @@
 Selected by ``trainer.device=cpu`` on verl 0.9.1 (:mod:`egpo.compat.workers`), with the ``cpu`` platform
 (:mod:`egpo.cpu.platform`, ``VERL_PLATFORM=cpu``) answering verl's device questions. Before verl's ``__init__``:
 
-* a ``gloo`` process group (verl asks for ``cpu:gloo,cpu:gloo`` when the device is the CPU, which torch refuses
-  as a duplicate device type; verl skips its own init when a group exists);
+* what every egpo CPU worker does (:mod:`egpo.cpu.worker_setup`): a ``gloo`` process group, the ``hf`` rollout in
+  verl's rollout registry, and for ``rollout.name=sglang`` the trainer side of verl's weight push;
 * verl's FSDP engines registered for the ``cpu`` device (verl registers them for ``cuda`` and ``npu``);
-* the ``hf`` rollout (:mod:`egpo.rollout.hf`) in verl's rollout registry, so the trainer's weights reach egpo's
-  HF rollout server every step;
 
 and the entropy probe's hook (:mod:`egpo.probe.engine_worker`), active when ``egpo.probe.enable``.
 """
 
 from __future__ import annotations
 
-from egpo.cpu.process_group import init_gloo_process_group
+from egpo.cpu.worker_setup import prepare_cpu_worker
 from egpo.probe.engine_worker import ProbeEngineActorRolloutRefWorker
-from egpo.rollout.hf.adapter import register_hf_rollout
 
 ENGINES = (("language_model", "FSDPEngineWithLMHead"), ("value_model", "FSDPEngineWithValueHead"))
 
@@ -34,11 +31,6 @@ def register_cpu_engines() -> None:
 
 class CpuEngineActorRolloutRefWorker(ProbeEngineActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
-        init_gloo_process_group(int(config.get("nccl_timeout", 600)))
+        prepare_cpu_worker(config)
         register_cpu_engines()
-        register_hf_rollout()
-        if config.rollout.name == "sglang":
-            from egpo.cpu.sglang_rollout import prepare_worker_for_sglang
-
-            prepare_worker_for_sglang()
         super().__init__(config, role, **kwargs)

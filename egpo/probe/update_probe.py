@@ -113,18 +113,20 @@ class UpdateProbe:
         return [local(p.grad).detach().double() * world if p.grad is not None
                 else torch.zeros_like(local(p), dtype=torch.float64) for p in self.params()]
 
-    def _run_passes(self, micro_batches: list, filler, target: str, tokens: float, with_grad: bool) -> torch.Tensor:
+    def _run_passes(self, micro_batches: list, data, target: str, tokens: float, with_grad: bool) -> torch.Tensor:
         """Sum of :meth:`pass_value` over ``micro_batches`` (backward each when ``with_grad``), padded with
-        zero-weighted passes on ``filler`` up to the most micro-batches any rank has. Local float64 sum."""
+        zero-weighted passes on a row of ``data`` up to the most micro-batches any rank has. Local float64 sum."""
         count = torch.tensor(len(micro_batches), dtype=torch.int64, device=self.device)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(count, op=dist.ReduceOp.MAX)
         total = torch.zeros((), dtype=torch.float64)
+        filler = None  # selected only on a rank that runs short of micro-batches
         for i in range(int(count)):
             with torch.set_grad_enabled(with_grad):
                 if i < len(micro_batches):
                     value = self.pass_value(micro_batches[i], target, tokens)
                 else:
+                    filler = self.select_rows(data, np.arange(1)) if filler is None else filler
                     value = self.pass_value(filler, target, tokens) * 0.0
                 if with_grad:
                     value.backward()
@@ -136,8 +138,7 @@ class UpdateProbe:
         ``.grad`` as a global mean's would. Float64 reductions: a small step's realised change is far below fp32's
         resolution of H."""
         tokens = self.global_tokens(data)
-        total = self._run_passes(self.micro_batches(data), self.select_rows(data, np.arange(1)), "entropy", tokens,
-                                 with_grad)
+        total = self._run_passes(self.micro_batches(data), data, "entropy", tokens, with_grad)
         return all_reduce(total.to(self.device)).cpu()
 
     def group_grads(self, data, rows: np.ndarray, target: str, tokens: float) -> list[torch.Tensor]:
@@ -145,7 +146,7 @@ class UpdateProbe:
         on every rank accumulated over their micro-batches."""
         self.optimizer.zero_grad()
         mbs = self.micro_batches(self.select_rows(data, rows)) if len(rows) else []
-        self._run_passes(mbs, self.select_rows(data, np.arange(1)), target, tokens, with_grad=True)
+        self._run_passes(mbs, data, target, tokens, with_grad=True)
         return self.global_grads()
 
     def _global_groups(self, uids: np.ndarray) -> list:
