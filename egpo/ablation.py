@@ -22,6 +22,13 @@ Arms (egpo_lambda and the rest come from the config and your overrides):
     egpo_actor           EGPO, entropy from the actor's recompute
     egpo_rollout         EGPO, entropy returned by the rollout engine while sampling
     egpo_rollout_bypass  EGPO, rollout entropy, bypass mode (no old-log-prob recompute)
+    egpo_token_{actor,rollout}          egpo_granularity=token: a bonus per token (Cheng et al.)
+    egpo_respspan_{actor,rollout}       egpo_span=response: the entropy of every response token
+    egpo_token_respspan_{actor,rollout} both
+
+Arm sets: ``--arms sources`` (the default: grpo egpo_actor egpo_rollout egpo_rollout_bypass) compares where the
+entropy comes from; ``--arms estimators`` (grpo egpo_rollout egpo_token_rollout egpo_respspan_rollout) compares
+the estimator family on the rollout's entropy.
 
 A seed sets the rollout's sampling seed (HF server and sglang) and the data order.
 """
@@ -36,13 +43,33 @@ import sys
 import time
 from pathlib import Path
 
-ARMS = {
-    "grpo": ("algorithm.adv_estimator=egpo", "algorithm.egpo_lambda=0", "algorithm.entropy_source=actor"),
-    "egpo_actor": ("algorithm.adv_estimator=egpo", "algorithm.entropy_source=actor"),
-    "egpo_rollout": ("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout"),
-    "egpo_rollout_bypass": ("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout",
-                            "algorithm.rollout_correction.bypass_mode=true"),
+ESTIMATOR = "algorithm.adv_estimator=egpo"
+SOURCE = {"actor": "algorithm.entropy_source=actor", "rollout": "algorithm.entropy_source=rollout"}
+VARIANTS = {  # name part -> overrides: EGPO's granularity and span (algorithm.egpo_granularity / egpo_span)
+    "": (),
+    "token_": ("algorithm.egpo_granularity=token",),
+    "respspan_": ("algorithm.egpo_span=response",),
+    "token_respspan_": ("algorithm.egpo_granularity=token", "algorithm.egpo_span=response"),
 }
+ARMS = {
+    "grpo": (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["actor"]),
+    **{f"egpo_{variant}{source}": (ESTIMATOR, *overrides, SOURCE[source])
+       for variant, overrides in VARIANTS.items() for source in SOURCE},
+    "egpo_rollout_bypass": (ESTIMATOR, SOURCE["rollout"], "algorithm.rollout_correction.bypass_mode=true"),
+}
+ARM_SETS = {  # names --arms also takes
+    "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass"),
+    "estimators": ("grpo", "egpo_rollout", "egpo_token_rollout", "egpo_respspan_rollout"),
+}
+DEFAULT_ARMS = ARM_SETS["sources"]
+
+
+def expand_arms(names: list[str]) -> list[str]:
+    """Arm names, with set names replaced by their arms (first occurrence kept)."""
+    arms = [arm for name in names for arm in ARM_SETS.get(name, (name,))]
+    return list(dict.fromkeys(arms))
+
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -97,13 +124,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS],
+                        help="arms or arm sets (sources, estimators)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--timeout", type=int, default=7200, help="seconds per run")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
     args = parser.parse_args(argv)
+    args.arms = expand_arms(args.arms)
 
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 METRICS = {
     "egpo/cot_entropy_mean": "CoT entropy (nats/token)",
+    "egpo/response_entropy_mean": "response entropy (nats/token)",
     "actor/entropy": "actor entropy (nats/token)",
     "critic/score/mean": "reward",
     "egpo/think_closed_frac": "closed-thought fraction",

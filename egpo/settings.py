@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egpo.advantage import validate_egpo_coefficients
+from egpo.advantage import validate_egpo_coefficients, validate_egpo_variant
 from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
@@ -61,6 +61,8 @@ class EgpoSettings:
     entropy_source: str
     egpo_lambda: float
     egpo_alpha: float
+    granularity: str  # algorithm.egpo_granularity
+    span: str  # algorithm.egpo_span
     cot_start_token_id: int | None
     cot_end_token_id: int | None
     bypass_mode: bool
@@ -68,6 +70,16 @@ class EgpoSettings:
     @property
     def entropy_key(self) -> str:
         return ENTROPY_KEY_BY_SOURCE[self.entropy_source]
+
+    @property
+    def variant(self) -> str:
+        """Which estimator runs, in words (start-up log)."""
+        if not self.enabled:
+            return "not egpo"
+        form = "per-token bonus (Cheng et al.)" if self.granularity == "token" else "per-response bonus"
+        where = "the thinking span" if self.span == "cot" else "every response token"
+        return (f"egpo_granularity={self.granularity} egpo_span={self.span}: {form}, entropy read over {where}, "
+                f"from the {self.entropy_source}, egpo_lambda={self.egpo_lambda} egpo_alpha={self.egpo_alpha}")
 
     @classmethod
     def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":
@@ -82,8 +94,11 @@ class EgpoSettings:
             )
         lam = float(algorithm.get("egpo_lambda", 0.4))
         alpha = float(algorithm.get("egpo_alpha", 2.0))
+        granularity = str(algorithm.get("egpo_granularity", "response"))
+        span = str(algorithm.get("egpo_span", "cot"))
         try:
             validate_egpo_coefficients(lam, alpha)
+            validate_egpo_variant(granularity, span)
         except ValueError as err:
             raise EgpoConfigError(str(err)) from None
         ids = {}
@@ -100,6 +115,8 @@ class EgpoSettings:
             entropy_source=source,
             egpo_lambda=lam,
             egpo_alpha=alpha,
+            granularity=granularity,
+            span=span,
             bypass_mode=bool(correction.get("bypass_mode", False)),
             **ids,
         )

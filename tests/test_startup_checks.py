@@ -9,6 +9,7 @@ from conftest import require_sglang
 from hydra import compose, initialize_config_dir
 
 from egpo.settings import EgpoConfigError, EgpoSettings
+from egpo.trainer.key_check import EGPO_ALGORITHM_KEYS
 from egpo.trainer.startup_checks import (
     MANAGER_KEY,
     SGLANG_CPU_ENGINE,
@@ -185,8 +186,8 @@ def flat(node: dict, prefix: str = "") -> dict:
 
 
 # egpo's keys, and trainer.use_v1=false: egpo trains through verl's RayPPOTrainer (0.9.1 defaults to its v1 trainer)
-EGPO_OWN = ("algorithm.entropy_source", "algorithm.egpo_lambda", "algorithm.egpo_alpha", "algorithm.cot_start_token_id",
-            "algorithm.cot_end_token_id", "actor_rollout_ref.rollout.custom", "egpo.", "trainer.use_v1")
+EGPO_OWN = (*(f"algorithm.{key}" for key in EGPO_ALGORITHM_KEYS), "actor_rollout_ref.rollout.custom", "egpo.",
+            "trainer.use_v1")
 
 
 @pytest.mark.parametrize("rollout", ["sglang", "vllm"])

@@ -1,13 +1,21 @@
-"""EGPO advantage: GRPO's outcome advantage plus a clipped bonus from the mean chain-of-thought entropy.
+"""EGPO advantage: GRPO's outcome advantage plus a clipped entropy bonus, in two granularities and two spans.
 
-    H_i     = mean of the finite entropies over response i's CoT span
-    bound_i = |A_i| / egpo_alpha
-    A'_i    = A_i + egpo_lambda * clip(H_i, -bound_i, bound_i)
-    advantages[i, t] = A'_i * response_mask[i, t]
+    span_i[t] = 1 where the entropy is read: inside <think> ... </think> (egpo_span=cot, the default) or on
+                every valid response token (egpo_span=response)
+    bound_i   = |A_i| / egpo_alpha
 
-``A_i`` is verl's own ``compute_grpo_outcome_advantage``, called on the per-response scores (the row
-sums of ``token_level_rewards``, taken with the same reduction verl uses) so the GRPO part is reused,
-never re-derived, and ``egpo_lambda = 0`` reproduces GRPO bit for bit.
+    egpo_granularity=response (the default, EGPO):
+        H_i = mean of the finite entropies over span_i
+        advantages[i, t] = (A_i + egpo_lambda * clip(H_i, -bound_i, bound_i)) * response_mask[i, t]
+    egpo_granularity=token (Cheng et al., arXiv 2506.14758: psi(H_t) = min(alpha_c * H_t, |A_t| / kappa)):
+        advantages[i, t] = (A_i + egpo_lambda * clip(H_it, -bound_i, bound_i) * span_i[t]) * response_mask[i, t]
+        which is Cheng et al.'s form with alpha_c = egpo_lambda and kappa = egpo_alpha / egpo_lambda
+        (entropy is >= 0, so the lower clip never acts); a non-finite H_it gives that token no bonus.
+
+``A_i`` is verl's own ``compute_grpo_outcome_advantage``, called on the per-response scores (the row sums of
+``token_level_rewards``, taken with the same reduction verl uses) so the GRPO part is reused, never re-derived,
+and ``egpo_lambda = 0`` reproduces GRPO bit for bit in every variant. ``egpo_lambda < egpo_alpha`` bounds every
+shift by ``egpo_lambda / egpo_alpha * |A_i| < |A_i|``: the sign of an advantage is never flipped.
 """
 
 from __future__ import annotations
@@ -21,42 +29,49 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from egpo.advantage.cot import compute_cot_mask
 
 __all__ = [
+    "GRANULARITIES",
+    "SPANS",
     "EgpoDiagnostics",
     "compute_egpo_outcome_advantage",
     "compute_egpo_advantage_with_diagnostics",
     "validate_egpo_coefficients",
+    "validate_egpo_variant",
 ]
 
 QWEN3_THINK_START = 151667
 QWEN3_THINK_END = 151668
 
+# algorithm.egpo_granularity: one bonus per response from the span's mean entropy, or one per token (Cheng et al.)
+GRANULARITIES = ("response", "token")
+# algorithm.egpo_span: where the entropy is read: the thinking span, or every valid response token
+SPANS = ("cot", "response")
+
 
 @dataclass(frozen=True)
 class EgpoDiagnostics:
-    """What the estimator saw in one batch. Tensors are 0-d, on the batch's device."""
+    """What the estimator saw in one batch. Tensors are 0-d, on the batch's device.
+
+    The ``cot``/``think`` figures describe the thinking span whichever span the bonus read (so arms that read
+    different spans compare on the same measure); they are nan when the thinking markers are unknown
+    (``egpo_span=response`` on a model without them).
+    """
 
     cot_entropy_mean: torch.Tensor  # mean H_i over responses with a (finite) CoT span; nan if none
-    bonus_mean: torch.Tensor  # mean clipped bonus over all responses (before egpo_lambda)
+    bonus_mean: torch.Tensor  # per response, mean clipped bonus over its valid tokens (before egpo_lambda); mean
     no_cot_frac: torch.Tensor  # fraction of responses whose CoT span is empty
-    clipped_frac: torch.Tensor  # of responses with a span and A_i != 0: fraction whose |H_i| exceeds |A_i| / alpha
-    nonfinite_entropy_count: torch.Tensor  # non-finite entropy values inside CoT spans, left out
+    clipped_frac: torch.Tensor  # of the bonuses that can be clipped (span entropy and A_i != 0): fraction clipped
+    nonfinite_entropy_count: torch.Tensor  # non-finite entropy values inside the span the bonus reads, left out
     cot_tokens_mean: torch.Tensor  # mean CoT span length in tokens
-    bonus_active_frac: torch.Tensor  # fraction of responses whose bonus is non-zero
+    bonus_active_frac: torch.Tensor  # fraction of responses with a non-zero bonus on some token
     equal_reward_group_frac: torch.Tensor  # fraction of groups whose scores are all equal (A_i = 0 for all)
     think_closed_frac: torch.Tensor  # fraction of responses with </think> among their valid tokens
+    response_entropy_mean: torch.Tensor  # mean over responses of the mean finite entropy of their valid tokens
+    span_entropy_mean: torch.Tensor  # mean over responses of the mean entropy of the span the bonus reads; nan if none
 
     def as_metrics(self, prefix: str = "egpo/") -> dict[str, float]:
-        return {
-            f"{prefix}cot_entropy_mean": float(self.cot_entropy_mean),
-            f"{prefix}bonus_mean": float(self.bonus_mean),
-            f"{prefix}no_cot_frac": float(self.no_cot_frac),
-            f"{prefix}clipped_frac": float(self.clipped_frac),
-            f"{prefix}nonfinite_entropy_count": float(self.nonfinite_entropy_count),
-            f"{prefix}cot_tokens_mean": float(self.cot_tokens_mean),
-            f"{prefix}bonus_active_frac": float(self.bonus_active_frac),
-            f"{prefix}equal_reward_group_frac": float(self.equal_reward_group_frac),
-            f"{prefix}think_closed_frac": float(self.think_closed_frac),
-        }
+        """The figures as floats; an undefined one (nan: no span, or no thinking markers) is left out."""
+        metrics = {f"{prefix}{name}": float(getattr(self, name)) for name in self.__dataclass_fields__}
+        return {key: value for key, value in metrics.items() if value == value}
 
 
 def validate_egpo_coefficients(egpo_lambda: float, egpo_alpha: float) -> None:
@@ -68,6 +83,16 @@ def validate_egpo_coefficients(egpo_lambda: float, egpo_alpha: float) -> None:
             f"algorithm.egpo_lambda must lie in [0, egpo_alpha) = [0, {egpo_alpha}) so that the entropy bonus "
             f"cannot flip the sign of the GRPO advantage (got {egpo_lambda}); the default is 0.4"
         )
+
+
+def validate_egpo_variant(granularity: str, span: str) -> None:
+    """``egpo_granularity`` in :data:`GRANULARITIES`, ``egpo_span`` in :data:`SPANS`."""
+    for key, value, allowed in (("egpo_granularity", granularity, GRANULARITIES), ("egpo_span", span, SPANS)):
+        if value not in allowed:
+            raise ValueError(
+                f"algorithm.{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)} "
+                f"(the default is {allowed[0]!r}); e.g. algorithm.{key}={allowed[-1]}"
+            )
 
 
 def _check_inputs(token_level_rewards, response_mask, index, token_level_entropy, responses) -> None:
@@ -88,6 +113,32 @@ def _check_inputs(token_level_rewards, response_mask, index, token_level_entropy
         raise ValueError(f"index (uid) has {len(index)} entries but the batch has {shape[0]} responses")
 
 
+def _span_means(entropy: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: mean of the finite entropies over ``span`` (float64, 0 where none), how many were counted, and
+    how many non-finite values inside the span were left out (0-d).
+
+    Fast path: one dot product per row. A non-finite value anywhere in a row (also outside the span, where it
+    meets a 0 weight) makes that row's sum non-finite; only those rows take the exact path.
+    """
+    n_span = span.sum(dim=1)
+    h_sum = torch.einsum("bl,bl->b", entropy, span.to(entropy.dtype)).to(torch.float64)
+    n_counted = n_span
+    nonfinite = torch.zeros((), dtype=torch.int64, device=entropy.device)
+    suspect = ~torch.isfinite(h_sum)
+    if bool(suspect.any()):
+        rows_entropy, rows_span = entropy[suspect], span[suspect]
+        finite = torch.isfinite(rows_entropy)
+        counted = rows_span & finite
+        h_sum = h_sum.masked_scatter(suspect, torch.where(counted, rows_entropy, 0).sum(1, dtype=torch.float64))
+        n_counted = n_span.masked_scatter(suspect, counted.sum(dim=1))
+        nonfinite = (rows_span & ~finite).sum()
+    return torch.where(n_counted > 0, h_sum / n_counted.clamp(min=1), 0.0), n_counted, nonfinite
+
+
+def _mean_where(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    return values[keep].mean() if bool(keep.any()) else values.new_tensor(float("nan"))
+
+
 def compute_egpo_advantage_with_diagnostics(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -96,15 +147,24 @@ def compute_egpo_advantage_with_diagnostics(
     responses: torch.Tensor,
     egpo_lambda: float = 0.4,
     egpo_alpha: float = 2.0,
-    cot_start_token_id: int = QWEN3_THINK_START,
-    cot_end_token_id: int = QWEN3_THINK_END,
+    cot_start_token_id: int | None = QWEN3_THINK_START,
+    cot_end_token_id: int | None = QWEN3_THINK_END,
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
     starts_inside: torch.Tensor | None = None,
+    granularity: str = "response",
+    span: str = "cot",
 ) -> tuple[torch.Tensor, torch.Tensor, EgpoDiagnostics]:
     """:func:`compute_egpo_outcome_advantage` plus the batch's :class:`EgpoDiagnostics`."""
     validate_egpo_coefficients(egpo_lambda, egpo_alpha)
+    validate_egpo_variant(granularity, span)
     _check_inputs(token_level_rewards, response_mask, index, token_level_entropy, responses)
+    has_markers = cot_start_token_id is not None and cot_end_token_id is not None
+    if span == "cot" and not has_markers:
+        raise ValueError(
+            "egpo_span=cot reads the entropy inside <think> ... </think> and needs cot_start_token_id and "
+            "cot_end_token_id; set them, or read every response token with algorithm.egpo_span=response"
+        )
 
     with torch.no_grad():
         # GRPO scalar per response, from verl's own function (it sums a (bs, 1) row back to the same score).
@@ -117,53 +177,73 @@ def compute_egpo_advantage_with_diagnostics(
             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         )
         adv = grpo[:, 0]
-
-        cot = compute_cot_mask(responses, response_mask, cot_start_token_id, cot_end_token_id, starts_inside)
         entropy = token_level_entropy.detach()
-        n_cot = cot.sum(dim=1)
-        # Fast path: one dot product per row. A non-finite value anywhere in a row (also outside the span,
-        # where it meets a 0 weight) makes that row's sum non-finite; only those rows take the exact path.
-        h_sum = torch.einsum("bl,bl->b", entropy, cot.to(entropy.dtype)).to(torch.float64)
-        n_counted = n_cot
-        nonfinite_count = torch.zeros((), dtype=torch.int64, device=entropy.device)
-        suspect = ~torch.isfinite(h_sum)
-        if bool(suspect.any()):
-            rows_entropy, rows_cot = entropy[suspect], cot[suspect]
-            finite = torch.isfinite(rows_entropy)
-            counted = rows_cot & finite
-            h_sum = h_sum.masked_scatter(suspect, torch.where(counted, rows_entropy, 0).sum(1, dtype=torch.float64))
-            n_counted = n_cot.masked_scatter(suspect, counted.sum(dim=1))
-            nonfinite_count = (rows_cot & ~finite).sum()
-        has_span = n_counted > 0
-        h_mean = torch.where(has_span, h_sum / n_counted.clamp(min=1), 0.0).to(adv.dtype)
+        valid = response_mask.bool()
 
+        cot = compute_cot_mask(responses, response_mask, cot_start_token_id, cot_end_token_id, starts_inside) \
+            if has_markers else None
+        reads = cot if span == "cot" else valid
+        h_span, n_counted, nonfinite_count = _span_means(entropy, reads)
+        has_span = n_counted > 0
         bound = adv.abs() / egpo_alpha
-        bonus = torch.maximum(torch.minimum(h_mean, bound), -bound)  # 0 where there is no span
-        shift = egpo_lambda * bonus
-        # Adding an exact zero is a no-op (keeps GRPO's bits, including the sign of zero).
-        adv_egpo = torch.where(shift == 0, adv, adv + shift)
-        advantages = adv_egpo.unsqueeze(-1) * response_mask
+        can_clip = adv != 0  # a zero advantage has a zero bound: nothing to clip
+
+        if granularity == "response":
+            h = h_span.to(adv.dtype)
+            bonus = torch.maximum(torch.minimum(h, bound), -bound)  # 0 where there is no span
+            shift = egpo_lambda * bonus
+            # Adding an exact zero is a no-op (keeps GRPO's bits, including the sign of zero).
+            advantages = torch.where(shift == 0, adv, adv + shift).unsqueeze(-1) * response_mask
+            token_bonus_mean = bonus
+            clippable = has_span & can_clip
+            clipped = clippable & (h.abs() > bound)
+            clipped_frac = clipped.sum() / clippable.sum().clamp(min=1)
+            active = bonus != 0
+        else:
+            counted = reads & torch.isfinite(entropy)
+            h = torch.where(counted, entropy, 0).to(adv.dtype)
+            b = bound.unsqueeze(-1)
+            bonus = torch.maximum(torch.minimum(h, b), -b)  # 0 outside the span and on non-finite entropy
+            shift = egpo_lambda * bonus
+            a = adv.unsqueeze(-1).expand_as(shift)
+            advantages = torch.where(shift == 0, a, a + shift) * response_mask
+            n_valid = valid.sum(dim=1)
+            token_bonus_mean = (bonus * valid).sum(dim=1) / n_valid.clamp(min=1)
+            clippable = counted & can_clip.unsqueeze(-1)
+            clipped_frac = (clippable & (h.abs() > b)).sum() / clippable.sum().clamp(min=1)
+            active = (bonus != 0).any(dim=1)
 
         bs = adv.shape[0]
-        zero = bonus.new_zeros(())
-        can_clip = has_span & (adv != 0)  # a zero advantage has a zero bound: nothing to clip
+        zero = adv.new_zeros(())
+        nan = adv.new_tensor(float("nan"))
         _, group = np.unique(np.asarray(index), return_inverse=True)
         group = torch.as_tensor(group.reshape(-1), device=scores.device)
         n_groups = int(group.max()) + 1 if bs else 0
         flat = scores[:, 0].to(torch.float64)
         low = flat.new_full((n_groups,), float("inf")).scatter_reduce(0, group, flat, "amin")
         high = flat.new_full((n_groups,), float("-inf")).scatter_reduce(0, group, flat, "amax")
-        closed = ((responses == cot_end_token_id) & response_mask.bool()).any(dim=1)
+        if cot is not None:
+            h_cot, n_cot_counted, _ = (h_span, n_counted, None) if span == "cot" else _span_means(entropy, cot)
+            n_cot = cot.sum(dim=1)
+            closed = ((responses == cot_end_token_id) & valid).any(dim=1)
+            cot_figures = dict(
+                cot_entropy_mean=_mean_where(h_cot, n_cot_counted > 0).to(adv.dtype),
+                no_cot_frac=(n_cot == 0).float().mean() if bs else zero,
+                cot_tokens_mean=n_cot.float().mean() if bs else zero,
+                think_closed_frac=closed.float().mean() if bs else zero,
+            )
+        else:
+            cot_figures = dict(cot_entropy_mean=nan, no_cot_frac=nan, cot_tokens_mean=nan, think_closed_frac=nan)
+        h_response = h_span if span == "response" else _span_means(entropy, valid)[0]
         diagnostics = EgpoDiagnostics(
-            cot_entropy_mean=h_mean[has_span].mean() if bool(has_span.any()) else bonus.new_tensor(float("nan")),
-            bonus_mean=bonus.mean() if bs else zero,
-            no_cot_frac=(n_cot == 0).float().mean() if bs else zero,
-            clipped_frac=(can_clip & (h_mean.abs() > bound)).sum() / can_clip.sum().clamp(min=1),
+            **cot_figures,
+            bonus_mean=token_bonus_mean.mean() if bs else zero,
+            clipped_frac=clipped_frac,
             nonfinite_entropy_count=nonfinite_count,
-            cot_tokens_mean=n_cot.float().mean() if bs else zero,
-            bonus_active_frac=(bonus != 0).float().mean() if bs else zero,
+            bonus_active_frac=active.float().mean() if bs else zero,
             equal_reward_group_frac=(low == high).float().mean() if bs else zero,
-            think_closed_frac=closed.float().mean() if bs else zero,
+            response_entropy_mean=_mean_where(h_response, valid.any(dim=1)).to(adv.dtype),
+            span_entropy_mean=_mean_where(h_span, has_span).to(adv.dtype),
         )
     return advantages, advantages, diagnostics
 
@@ -176,11 +256,13 @@ def compute_egpo_outcome_advantage(
     responses: torch.Tensor,
     egpo_lambda: float = 0.4,
     egpo_alpha: float = 2.0,
-    cot_start_token_id: int = QWEN3_THINK_START,
-    cot_end_token_id: int = QWEN3_THINK_END,
+    cot_start_token_id: int | None = QWEN3_THINK_START,
+    cot_end_token_id: int | None = QWEN3_THINK_END,
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
     starts_inside: torch.Tensor | None = None,
+    granularity: str = "response",
+    span: str = "cot",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """EGPO advantages and returns, both ``(bs, L)`` (returns equal advantages, as in GRPO).
 
@@ -190,7 +272,10 @@ def compute_egpo_outcome_advantage(
         index: ``(bs,)`` group ids (``uid``); responses to one prompt share one.
         token_level_entropy: ``(bs, L)`` policy entropy per response position (a constant: no gradient).
         responses: ``(bs, L)`` sampled token ids, used to find the CoT span.
+        cot_start_token_id / cot_end_token_id: ``<think>`` / ``</think>``; may be None with ``span="response"``.
         starts_inside: optional ``(bs,)`` bool, the response begins inside ``<think>`` (see ``compute_cot_mask``).
+        granularity: ``"response"`` (one bonus per response) or ``"token"`` (one per token, Cheng et al.).
+        span: ``"cot"`` (entropy inside the thinking span) or ``"response"`` (every valid response token).
     """
     advantages, returns, _ = compute_egpo_advantage_with_diagnostics(
         token_level_rewards,
@@ -205,5 +290,7 @@ def compute_egpo_outcome_advantage(
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         epsilon=epsilon,
         starts_inside=starts_inside,
+        granularity=granularity,
+        span=span,
     )
     return advantages, returns

@@ -40,6 +40,12 @@ def egpo_estimator(
         raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
     cfg = config if config is not None else {}
     start_id, end_id = cfg.get("cot_start_token_id", None), cfg.get("cot_end_token_id", None)
+    span = cfg.get("egpo_span", "cot")
+    if span == "response" and (start_id is None or end_id is None):  # no markers needed; none assumed
+        start_id = end_id = None
+    else:
+        start_id = QWEN3_THINK_START if start_id is None else start_id
+        end_id = QWEN3_THINK_END if end_id is None else end_id
     return compute_egpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
@@ -48,10 +54,12 @@ def egpo_estimator(
         responses=responses,
         egpo_lambda=cfg.get("egpo_lambda", 0.4),
         egpo_alpha=cfg.get("egpo_alpha", 2.0),
-        cot_start_token_id=QWEN3_THINK_START if start_id is None else start_id,
-        cot_end_token_id=QWEN3_THINK_END if end_id is None else end_id,
+        cot_start_token_id=start_id,
+        cot_end_token_id=end_id,
         norm_adv_by_std_in_grpo=cfg.get("norm_adv_by_std_in_grpo", True),
         starts_inside=starts_inside,
+        granularity=cfg.get("egpo_granularity", "response"),
+        span=span,
     )
 
 

@@ -69,10 +69,12 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
         raise MissingEntropyError(missing_entropy_message(settings))
     if "response_mask" not in batch.keys():
         batch["response_mask"] = verl_ray_trainer.compute_response_mask(data)
-    if settings.cot_start_token_id is None or settings.cot_end_token_id is None:
+    has_markers = settings.cot_start_token_id is not None and settings.cot_end_token_id is not None
+    if settings.span == "cot" and not has_markers:
         raise MissingEntropyError(
             "algorithm.cot_start_token_id / cot_end_token_id are unset; `python -m egpo.main` fills them from the "
-            "tokenizer. Set them explicitly when building the trainer yourself."
+            "tokenizer. Set them explicitly when building the trainer yourself, or read the entropy over every "
+            "response token with algorithm.egpo_span=response."
         )
     responses = batch["responses"]
     entropy = batch[settings.entropy_key]
@@ -82,7 +84,7 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
             f"{tuple(responses.shape)}: entropy must be aligned 1:1 with the response tokens"
         )
     starts_inside = None
-    if "prompts" in batch.keys():
+    if has_markers and "prompts" in batch.keys():
         starts_inside = prompt_ends_inside_think(batch["prompts"], settings.cot_start_token_id, settings.cot_end_token_id)
     advantages, returns, diagnostics = compute_egpo_advantage_with_diagnostics(
         token_level_rewards=batch["token_level_rewards"],
@@ -96,19 +98,28 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
         cot_end_token_id=settings.cot_end_token_id,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         starts_inside=starts_inside,
+        granularity=settings.granularity,
+        span=settings.span,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
     for key in TRANSIENT_BATCH_KEYS:
         if key in batch.keys():
             batch.pop(key)
-    metrics = diagnostics.as_metrics()
-    if metrics["egpo/cot_entropy_mean"] != metrics["egpo/cot_entropy_mean"]:  # no response had a span: undefined
-        del metrics["egpo/cot_entropy_mean"]
+    metrics = diagnostics.as_metrics()  # an undefined figure (no span, no markers) is left out
     metrics["egpo/starts_inside_frac"] = float(starts_inside.float().mean()) if starts_inside is not None else 0.0
-    metrics["egpo/entropy_source_is_rollout"] = float(settings.entropy_source == "rollout")
+    metrics.update(variant_metrics(settings))
     add_step_metrics(data, metrics)
     return data
+
+
+def variant_metrics(settings: EgpoSettings) -> dict[str, float]:
+    """Which estimator variant ran, as step metrics (1.0 / 0.0)."""
+    return {
+        "egpo/entropy_source_is_rollout": float(settings.entropy_source == "rollout"),
+        "egpo/granularity_is_token": float(settings.granularity == "token"),
+        "egpo/span_is_response": float(settings.span == "response"),
+    }
 
 
 def add_step_metrics(data: DataProto, metrics: dict) -> None:

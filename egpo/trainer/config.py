@@ -27,21 +27,34 @@ def lookup_think_token_ids(tokenizer) -> tuple[int, int]:
         if token not in vocab:
             raise EgpoConfigError(
                 f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no {token!r} "
-                "token, so EGPO cannot find the chain-of-thought span. Use a thinking model's tokenizer (Qwen3: "
-                "151667/151668) or set both ids explicitly: ++algorithm.cot_start_token_id=ID ++algorithm.cot_end_token_id=ID."
+                "token, so EGPO cannot find the chain-of-thought span. For a model that does not think, read the "
+                "entropy over the whole response: algorithm.egpo_span=response. Otherwise use a thinking model's "
+                "tokenizer (Qwen3: 151667/151668) or set both ids explicitly: ++algorithm.cot_start_token_id=ID "
+                "++algorithm.cot_end_token_id=ID."
             )
         ids.append(vocab[token])
     return ids[0], ids[1]
 
 
 def resolve_think_token_ids(config: DictConfig, tokenizer) -> None:
-    """Fills null ``algorithm.cot_*_token_id`` from the tokenizer (only when EGPO is the estimator)."""
+    """Fills null ``algorithm.cot_*_token_id`` from the tokenizer (only when EGPO is the estimator).
+
+    ``egpo_span=cot`` needs the markers: a tokenizer without them is refused. ``egpo_span=response`` reads every
+    response token and needs none: the ids are filled where the tokenizer has the markers (the CoT figures are
+    then logged too) and left null where it has not.
+    """
     algorithm = config.algorithm
     if estimator_name(algorithm.get("adv_estimator")) != ESTIMATOR_NAME:
         return
     if algorithm.get("cot_start_token_id") is not None and algorithm.get("cot_end_token_id") is not None:
         return
-    start_id, end_id = lookup_think_token_ids(tokenizer)
+    try:
+        start_id, end_id = lookup_think_token_ids(tokenizer)
+    except EgpoConfigError:
+        if algorithm.get("egpo_span", "cot") == "response":
+            logger.info("egpo_span=response on a tokenizer without <think>/</think>: no CoT figures are logged")
+            return
+        raise
     with open_dict(algorithm):
         if algorithm.get("cot_start_token_id") is None:
             algorithm.cot_start_token_id = start_id

@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from egpo.settings import EgpoConfigError
 
-EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "cot_start_token_id", "cot_end_token_id")
+EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "egpo_granularity", "egpo_span", "cot_start_token_id",
+                       "cot_end_token_id")
 EGPO_KEYS = ("probe",)
 
 

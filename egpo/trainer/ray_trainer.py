@@ -6,7 +6,8 @@ Two verl methods are overridden, nothing else:
   ``entropy_source=actor`` the same tensor is also kept under ``egpo_actor_entropy`` so it survives until
   the advantage. Whenever the rollout's entropy is in the batch too, their agreement is measured here.
 * ``_update_actor``: egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
-  step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed. The entropy
+  step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed, and a run that
+  reads the thinking span of a model that never thinks says so once (:mod:`egpo.trainer.thought_watch`). The entropy
   probe's metrics are logged as ``probe/*`` on either worker API.
 
 The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
@@ -23,6 +24,7 @@ from egpo.settings import EgpoSettings
 from egpo.trainer.config import warn_on_temperature_mismatch
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
 from egpo.trainer.metrics import entropy_agreement, format_step_summary
+from egpo.trainer.thought_watch import NeverThinksWatch
 
 ENGINE_PROBE_PREFIX = "actor/probe/"
 
@@ -37,6 +39,9 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         register_estimator()
         advantage_step.install()
         warn_on_temperature_mismatch(config, self.egpo)
+        self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.span == "cot")
+        if self.egpo.enabled:
+            print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
 
     def _compute_old_log_prob(self, batch: DataProto):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)
@@ -64,5 +69,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             metrics[key[len("actor/"):]] = metrics.pop(key)
         metrics.update(step_metrics)
         if step_metrics:
-            print(format_step_summary(getattr(self, "global_steps", None), step_metrics), flush=True)
+            step = getattr(self, "global_steps", None)
+            print(format_step_summary(step, step_metrics), flush=True)
+            self.never_thinks.observe(step_metrics, step)
         return actor_output
