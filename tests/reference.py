@@ -57,3 +57,31 @@ def egpo_ref(rewards, mask, index, entropy, responses, lam, alpha, start_id, end
         bound = abs(a) / alpha
         out.append(a + lam * min(max(h, -bound), bound))
     return out
+
+
+def egpo_tokens_ref(rewards, mask, index, entropy, responses, lam, alpha, start_id, end_id, starts_inside=None,
+                    norm_by_std=True, granularity="response", span="cot"):
+    """Every variant: rows of python floats in, the (bs, L) advantages (float64 lists, 0 on padding) out.
+
+    response: A_i + lam * clip(mean finite entropy over the span, +-|A_i|/alpha) on every valid token;
+    token:    A_i + lam * clip(H_it, +-|A_i|/alpha) on the span's tokens with a finite H_it, A_i on the others.
+    """
+    scores = [sum(float(r) for r in row) for row in rewards]
+    adv = grpo_ref(scores, index, norm_by_std=norm_by_std)
+    out = []
+    for i, a in enumerate(adv):
+        if span == "cot":
+            si = None if starts_inside is None else bool(starts_inside[i])
+            reads = cot_mask_ref(responses[i], mask[i], start_id, end_id, si)
+        else:
+            reads = [bool(v) for v in mask[i]]
+        bound = abs(a) / alpha
+        values = [float(h) for h in entropy[i]]
+        if granularity == "response":
+            vals = [h for h, r in zip(values, reads) if r and math.isfinite(h)]
+            h = sum(vals) / len(vals) if vals else 0.0
+            row = [a + lam * min(max(h, -bound), bound)] * len(values)
+        else:
+            row = [a + lam * min(max(h, -bound), bound) if r and math.isfinite(h) else a for h, r in zip(values, reads)]
+        out.append([v if m else 0.0 for v, m in zip(row, mask[i])])
+    return out

@@ -47,6 +47,32 @@ def test_rollout_entropy_in_bypass_mode(tmp_path, demo):
     assert all("timing_s/old_log_prob" not in m for m in steps.values())  # no recompute at all
 
 
+def test_response_span_on_a_model_without_thinking_markers(tmp_path, demo):
+    """egpo_span=response trains a model whose tokenizer has no <think> (refused for egpo_span=cot): the bonus
+    reads every response token, the metrics say so, and no CoT figure is made up."""
+    import shutil
+
+    from egpo.demo.tokenizer import build_tokenizer
+
+    model = tmp_path / "model_no_thinking"
+    shutil.copytree(demo / "model", model)
+    build_tokenizer(with_think_tokens=False).save_pretrained(model)
+    proc = run_smoke(tmp_path, demo, f"actor_rollout_ref.model.path={model}", "algorithm.entropy_source=rollout",
+                     "algorithm.egpo_span=response", "reward.custom_reward_function.name=compute_score_no_thinking",
+                     *COMMON)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert "egpo_span=response: per-response bonus, entropy read over every response token" in proc.stdout
+    steps = step_metrics(proc.stdout)
+    assert sorted(steps) == [1, 2]
+    for metrics in steps.values():
+        egpo = egpo_metrics(metrics)
+        assert egpo["egpo/span_is_response"] == 1.0 and egpo["egpo/granularity_is_token"] == 0.0
+        assert {"egpo/cot_entropy_mean", "egpo/no_cot_frac", "egpo/cot_tokens_mean"}.isdisjoint(egpo)
+        assert egpo["egpo/span_entropy_mean"] == egpo["egpo/response_entropy_mean"] > 0
+        assert all_finite(egpo)
+    assert any(m["egpo/bonus_active_frac"] > 0 for m in steps.values()), "the bonus never acted"
+
+
 def test_checkpoint_at_step_one_then_resume_for_step_two(tmp_path, demo):
     first = run_smoke(tmp_path, demo, "algorithm.entropy_source=rollout", "trainer.total_training_steps=1", "trainer.save_freq=1")
     assert first.returncode == 0, first.stderr[-6000:]

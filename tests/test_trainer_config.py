@@ -92,8 +92,39 @@ def test_think_ids_looked_up_from_the_tokenizer():
 
 
 def test_tokenizer_without_think_tokens_is_refused():
-    with pytest.raises(EgpoConfigError, match="has no '</think>' token"):
+    with pytest.raises(EgpoConfigError, match="has no '</think>' token.*algorithm.egpo_span=response"):
         lookup_think_token_ids(VocabTokenizer({"<think>": 1}))
+
+
+def test_response_span_runs_without_think_tokens_and_fills_them_where_present():
+    cfg = composed("algorithm.adv_estimator=egpo", "algorithm.egpo_span=response")
+    resolve_think_token_ids(cfg, VocabTokenizer({"a": 0}))  # not refused: nothing needs the markers
+    assert (cfg.algorithm.cot_start_token_id, cfg.algorithm.cot_end_token_id) == (None, None)
+    assert EgpoSettings.from_algorithm(cfg.algorithm).span == "response"
+    thinking = composed("algorithm.adv_estimator=egpo", "algorithm.egpo_span=response")
+    resolve_think_token_ids(thinking, VocabTokenizer({"<think>": 11, "</think>": 12}))  # CoT figures still logged
+    assert (thinking.algorithm.cot_start_token_id, thinking.algorithm.cot_end_token_id) == (11, 12)
+    cot = composed("algorithm.adv_estimator=egpo", "algorithm.egpo_span=cot")
+    with pytest.raises(EgpoConfigError, match="egpo_span=response"):
+        resolve_think_token_ids(cot, VocabTokenizer({"a": 0}))
+
+
+@pytest.mark.parametrize("key, value, allowed", [("egpo_granularity", "per_token", "'response', 'token'"),
+                                                 ("egpo_span", "thinking", "'cot', 'response'")])
+def test_unknown_variant_value_is_refused_with_the_allowed_ones(key, value, allowed):
+    cfg = composed("algorithm.adv_estimator=egpo", f"algorithm.{key}={value}")
+    with pytest.raises(EgpoConfigError, match=f"algorithm.{key}='{value}' is not one of {allowed}"):
+        EgpoSettings.from_algorithm(cfg.algorithm)
+
+
+@pytest.mark.parametrize("granularity", ["response", "token"])
+@pytest.mark.parametrize("span", ["cot", "response"])
+def test_variant_settings_and_words(granularity, span):
+    cfg = composed("algorithm.adv_estimator=egpo", f"algorithm.egpo_granularity={granularity}",
+                   f"algorithm.egpo_span={span}")
+    settings = EgpoSettings.from_algorithm(cfg.algorithm)
+    assert (settings.granularity, settings.span) == (granularity, span)
+    assert f"egpo_granularity={granularity} egpo_span={span}" in settings.variant
 
 
 def test_tokenizer_without_think_tokens_stops_the_job_before_ray(tmp_path):
@@ -104,6 +135,13 @@ def test_tokenizer_without_think_tokens_stops_the_job_before_ray(tmp_path):
     proc = run_main("algorithm.adv_estimator=egpo", f"actor_rollout_ref.model.path={path}")
     assert proc.returncode != 0
     assert "has no '<think>' token" in proc.stderr
+    assert "ray init" not in proc.stdout
+
+
+def test_unknown_variant_stops_the_job_before_ray():
+    proc = run_main("algorithm.adv_estimator=egpo", "algorithm.egpo_granularity=sequence")
+    assert proc.returncode != 0
+    assert "algorithm.egpo_granularity='sequence' is not one of 'response', 'token'" in proc.stderr
     assert "ray init" not in proc.stdout
 
 

@@ -18,6 +18,7 @@ from egpo.trainer import advantage_step
 from egpo.settings import EgpoSettings
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS
 from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
+from egpo.trainer.thought_watch import NeverThinksWatch
 
 S, E = 3, 4
 BS, P, L = 8, 4, 6
@@ -46,13 +47,14 @@ def verl_worker_calls(monkeypatch):
                         lambda self, batch: self.actor_rollout_wg.update_actor(batch))
 
 
-def make_trainer(*overrides):
+def make_trainer(*overrides, markers=True):
+    ids = [f"algorithm.cot_start_token_id={S}", f"algorithm.cot_end_token_id={E}"] if markers else []
     with initialize_config_module(config_module="egpo.config", version_base=None):
-        cfg = compose(config_name="egpo_trainer", overrides=[
-            f"algorithm.cot_start_token_id={S}", f"algorithm.cot_end_token_id={E}", *overrides])
+        cfg = compose(config_name="egpo_trainer", overrides=[*ids, *overrides])
     trainer = EgpoRayPPOTrainer.__new__(EgpoRayPPOTrainer)  # skip worker/resource setup, keep the methods
     trainer.config = cfg
     trainer.egpo = EgpoSettings.from_algorithm(cfg.algorithm)
+    trainer.never_thinks = NeverThinksWatch(active=trainer.egpo.enabled and trainer.egpo.span == "cot")
     trainer.use_legacy_worker_impl = "auto"
     advantage_step.install()
     return trainer
@@ -126,6 +128,39 @@ def test_keep_and_drop(source, bypass, rollout_entropy, used):
                                        batch.non_tensor_batch["uid"])[0][:, 0].double()
     expected = a + 0.4 * torch.minimum(h, a.abs() / 2.0)
     torch.testing.assert_close(batch.batch["advantages"][:, 0].double(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("granularity", ["response", "token"])
+@pytest.mark.parametrize("markers", [True, False])
+def test_response_span_through_the_step(granularity, markers):
+    """egpo_span=response: the bonus reads every valid token, with or without thinking markers; the metrics say
+    which variant ran, and the CoT figures appear only where the markers are known."""
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout",
+                           "algorithm.egpo_span=response", f"algorithm.egpo_granularity={granularity}", markers=markers)
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
+    batch = make_batch(True)
+    entropy = batch.batch[ROLLOUT_ENTROPY].clone()
+    batch, _, output = run_step(trainer, batch, bypass=False)
+    metrics = output.meta_info["metrics"]
+    assert metrics["egpo/span_is_response"] == 1.0
+    assert metrics["egpo/granularity_is_token"] == float(granularity == "token")
+    assert ("egpo/cot_entropy_mean" in metrics) == markers
+    a = compute_grpo_outcome_advantage(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                                       batch.non_tensor_batch["uid"])[0].double()
+    mask = batch.batch["response_mask"].double()
+    if granularity == "response":
+        h = (entropy.double() * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True)
+    else:
+        h = entropy.double()
+    expected = (a + 0.4 * torch.minimum(h, a.abs() / 2.0)) * mask
+    torch.testing.assert_close(batch.batch["advantages"].double(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_cot_span_without_markers_stops_naming_egpo_span():
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout", markers=False)
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
+    with pytest.raises(advantage_step.MissingEntropyError, match="algorithm.egpo_span=response"):
+        run_step(trainer, make_batch(True), bypass=False)
 
 
 def test_rollout_source_without_rollout_entropy_stops_with_the_fix():

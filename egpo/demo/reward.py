@@ -21,3 +21,12 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> f
         return 0.0
     match = LEADING_NUMBER.match(solution_str.split(END_THINK, 1)[1])
     return 1.0 if match and match.group(1) == str(ground_truth).strip() else 0.5
+
+
+def compute_score_no_thinking(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """The same task for a model without thinking markers (``build_tokenizer(with_think_tokens=False)``): 1.0 when
+    the response starts with the correct number, 0.5 when it starts with another number, 0.0 otherwise."""
+    match = LEADING_NUMBER.match(solution_str)
+    if not match:
+        return 0.0
+    return 1.0 if match.group(1) == str(ground_truth).strip() else 0.5

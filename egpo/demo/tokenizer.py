@@ -20,6 +20,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
 )
 
+# the same model without thinking markers (an instruct-style template: the answer follows directly)
+INSTRUCT_TEMPLATE = CHAT_TEMPLATE.replace("assistant\\n<think>\\n", "assistant\\n")
+
 CHARACTERS = string.digits + string.ascii_letters + " \n+-*=?.,:()"
 
 
@@ -40,6 +43,6 @@ def build_tokenizer(with_think_tokens: bool = True) -> PreTrainedTokenizerFast:
         eos_token=IM_END,
         pad_token=PAD,
         unk_token="[UNK]",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=CHAT_TEMPLATE if with_think_tokens else INSTRUCT_TEMPLATE,
         clean_up_tokenization_spaces=False,
     )
