@@ -1,9 +1,10 @@
-"""EGPO vs verl's GRPO estimator on the same batch, as a ratio measured in one run.
+"""EGPO's estimator family vs verl's GRPO estimator on the same batch, as ratios measured in one run.
 
     python bench/advantage.py [--bs 4096] [--length 8192] [--group 8] [--rounds 5]
 
-Both estimators see identical tensors; rounds interleave the two so machine noise hits both alike. Prints
-the median time of each, the ratio with its spread over rounds, and the EGPO-only stages.
+Every estimator sees identical tensors; rounds interleave them so machine noise hits all alike. Prints the
+median time of each, each variant's ratio to GRPO with its spread over rounds, and the CoT mask alone. The
+variants: egpo_granularity response (EGPO) or token (Cheng et al.), egpo_span cot or response.
 """
 
 from __future__ import annotations
@@ -52,26 +53,37 @@ def main() -> None:
     args = parser.parse_args()
 
     rewards, mask, index, entropy, responses = make_batch(args.bs, args.length, args.group)
-    grpo = lambda: compute_grpo_outcome_advantage(rewards, mask, index)  # noqa: E731
-    egpo = lambda: compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses)  # noqa: E731
-    cot = lambda: compute_cot_mask(responses, mask, START, END)  # noqa: E731
-    for fn in (grpo, egpo, cot):  # warm the allocator
+
+    def egpo(granularity, span):
+        return lambda: compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses,  # noqa: E731
+                                                      cot_start_token_id=START, cot_end_token_id=END,
+                                                      granularity=granularity, span=span)
+
+    estimators = {
+        "verl GRPO": lambda: compute_grpo_outcome_advantage(rewards, mask, index),
+        "EGPO (response, cot)": egpo("response", "cot"),
+        "token (Cheng), cot": egpo("token", "cot"),
+        "response, response span": egpo("response", "response"),
+        "token, response span": egpo("token", "response"),
+        "CoT mask alone": lambda: compute_cot_mask(responses, mask, START, END),
+    }
+    for fn in estimators.values():  # warm the allocator
         fn()
-    t_grpo, t_egpo, t_cot, ratios = [], [], [], []
+    times = {name: [] for name in estimators}
     for _ in range(args.rounds):
-        a, b, c = timed(grpo), timed(egpo), timed(cot)
-        t_grpo.append(a)
-        t_egpo.append(b)
-        t_cot.append(c)
-        ratios.append(b / a)
+        for name, fn in estimators.items():
+            times[name].append(timed(fn))
     med = statistics.median
     print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
     print(f"batch: {args.bs} responses x {args.length} tokens, groups of {args.group}, {args.rounds} rounds")
-    print(f"verl GRPO            median {med(t_grpo) * 1e3:8.1f} ms")
-    print(f"egpo EGPO            median {med(t_egpo) * 1e3:8.1f} ms")
-    print(f"  of which CoT mask  median {med(t_cot) * 1e3:8.1f} ms")
-    print(f"ratio EGPO / GRPO    median {med(ratios):.2f}x  (min {min(ratios):.2f}, max {max(ratios):.2f})")
+    base = times["verl GRPO"]
+    for name, t in times.items():
+        line = f"{name:26s} median {med(t) * 1e3:8.1f} ms"
+        if name not in ("verl GRPO", "CoT mask alone"):
+            ratios = [x / g for x, g in zip(t, base)]
+            line += f"   ratio to GRPO {med(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def _span_means(entropy: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor
     Fast path: one dot product per row. A non-finite value anywhere in a row (also outside the span, where it
     meets a 0 weight) makes that row's sum non-finite; only those rows take the exact path.
     """
-    n_span = span.sum(dim=1)
+    n_span = span.count_nonzero(dim=1)
     h_sum = torch.einsum("bl,bl->b", entropy, span.to(entropy.dtype)).to(torch.float64)
     n_counted = n_span
     nonfinite = torch.zeros((), dtype=torch.int64, device=entropy.device)
@@ -130,7 +130,7 @@ def _span_means(entropy: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor
         finite = torch.isfinite(rows_entropy)
         counted = rows_span & finite
         h_sum = h_sum.masked_scatter(suspect, torch.where(counted, rows_entropy, 0).sum(1, dtype=torch.float64))
-        n_counted = n_span.masked_scatter(suspect, counted.sum(dim=1))
+        n_counted = n_span.masked_scatter(suspect, counted.count_nonzero(dim=1))
         nonfinite = (rows_span & ~finite).sum()
     return torch.where(n_counted > 0, h_sum / n_counted.clamp(min=1), 0.0), n_counted, nonfinite
 
@@ -203,15 +203,16 @@ def compute_egpo_advantage_with_diagnostics(
             counted = reads & torch.isfinite(entropy)
             h = torch.where(counted, entropy, 0).to(adv.dtype)
             b = bound.unsqueeze(-1)
-            bonus = torch.maximum(torch.minimum(h, b), -b)  # 0 outside the span and on non-finite entropy
-            shift = egpo_lambda * bonus
-            a = adv.unsqueeze(-1).expand_as(shift)
-            advantages = torch.where(shift == 0, a, a + shift) * response_mask
-            n_valid = valid.sum(dim=1)
-            token_bonus_mean = (bonus * valid).sum(dim=1) / n_valid.clamp(min=1)
-            clippable = counted & can_clip.unsqueeze(-1)
-            clipped_frac = (clippable & (h.abs() > b)).sum() / clippable.sum().clamp(min=1)
-            active = (bonus != 0).any(dim=1)
+            bonus = torch.clamp(h, min=-b, max=b)  # 0 outside the span and on non-finite entropy
+            # x + 0 == x bit for bit except x = -0.0; a -0.0 advantage has a zero bound, so it keeps GRPO's value.
+            advantages = torch.add(adv.unsqueeze(-1), bonus, alpha=egpo_lambda).mul_(response_mask)
+            negative_zero = (adv == 0) & torch.signbit(adv)
+            if bool(negative_zero.any()):
+                advantages[negative_zero] = adv[negative_zero].unsqueeze(-1) * response_mask[negative_zero]
+            token_bonus_mean = bonus.sum(dim=1) / valid.count_nonzero(dim=1).clamp(min=1)
+            clippable = n_counted * can_clip
+            clipped_frac = ((h.abs() > b).count_nonzero(dim=1) * can_clip).sum() / clippable.sum().clamp(min=1)
+            active = bonus.count_nonzero(dim=1) > 0
 
         bs = adv.shape[0]
         zero = adv.new_zeros(())
@@ -224,7 +225,7 @@ def compute_egpo_advantage_with_diagnostics(
         high = flat.new_full((n_groups,), float("-inf")).scatter_reduce(0, group, flat, "amax")
         if cot is not None:
             h_cot, n_cot_counted, _ = (h_span, n_counted, None) if span == "cot" else _span_means(entropy, cot)
-            n_cot = cot.sum(dim=1)
+            n_cot = cot.count_nonzero(dim=1)
             closed = ((responses == cot_end_token_id) & valid).any(dim=1)
             cot_figures = dict(
                 cot_entropy_mean=_mean_where(h_cot, n_cot_counted > 0).to(adv.dtype),
