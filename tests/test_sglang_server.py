@@ -129,7 +129,7 @@ def test_process_entries_are_installed_once_and_picklable():
 
     from egpo.rollout.entropy import EntropyOptions
     from egpo.rollout.sglang import process_entries
-    from egpo.rollout.sglang.options import read_options
+    from egpo.rollout.engine_options import read_options
     from egpo.rollout.sglang.versions import sglang_targets
 
     on_class = sglang_targets().engine_entries_on_class  # sglang 0.5.12: Engine's class attributes too
@@ -184,7 +184,7 @@ def test_plugin_patches_only_the_children_of_an_engine_egpo_launched(monkeypatch
     import multiprocessing
 
     from egpo.rollout.sglang import plugin, process_entries, scheduler_patches
-    from egpo.rollout.sglang.options import ENV_VAR
+    from egpo.rollout.engine_options import ENV_VAR
     from egpo.rollout.sglang.versions import sglang_targets
 
     if not sglang_targets().patches_via_plugin:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from egpo.rollout.sglang.options import ENV_VAR
+from egpo.rollout.engine_options import ENV_VAR
 
 CONFIGURE_TARGET = "sglang.srt.managers.scheduler.configure_scheduler_process"
 
@@ -30,7 +30,7 @@ def load() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from egpo.rollout.sglang.options import read_options
+    from egpo.rollout.engine_options import read_options
     from egpo.rollout.sglang.sampler_patch import warm_sampler_kernel
     from egpo.rollout.sglang.scheduler_patches import apply_scheduler_patches
 

@@ -16,7 +16,7 @@ it unpickles its target, before it imports anything of sglang's:
 On 0.5.12 the patches come from sglang's own plugin hook instead (:mod:`egpo.rollout.sglang.plugin`), so on a GPU
 nothing of sglang's is swapped; the entries are swapped only on a CPU-only machine, for the stand-ins.
 
-The entropy options travel in the environment (:mod:`egpo.rollout.sglang.options`).
+The entropy options travel in the environment (:mod:`egpo.rollout.engine_options`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, import_target, sglang_version
-from egpo.rollout.sglang.options import export_options
+from egpo.rollout.engine_options import export_options
 from egpo.rollout.sglang.standins import prepare_sglang_import
 
 CPU_STANDINS_ACTIVE = prepare_sglang_import()
@@ -42,7 +42,7 @@ def run_scheduler_process_with_entropy(*args, **kwargs):
     """Runs inside the spawned scheduler process (0.5.6.post2; sglang's arguments: ``scheduler_entry_params``)."""
     from sglang.srt.managers.scheduler import run_scheduler_process
 
-    from egpo.rollout.sglang.options import read_options
+    from egpo.rollout.engine_options import read_options
     from egpo.rollout.sglang.sampler_patch import warm_sampler_kernel
     from egpo.rollout.sglang.scheduler_patches import apply_scheduler_patches
     from egpo.rollout.sglang.versions import sglang_targets
@@ -196,7 +196,7 @@ def install_process_entries(options: EntropyOptions) -> None:
 def remove_process_entries() -> None:
     from sglang.srt.managers import detokenizer_manager, scheduler
 
-    from egpo.rollout.sglang.options import ENV_VAR
+    from egpo.rollout.engine_options import ENV_VAR
 
     os.environ.pop(ENV_VAR, None)  # sglang 0.5.12's plugin acts only while it is set
     set_engine_entries(scheduler.run_scheduler_process, detokenizer_manager.run_detokenizer_process)

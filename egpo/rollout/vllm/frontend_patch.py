@@ -1,0 +1,63 @@
+"""Front-end side: the entropy column taken off vLLM's sampled-token log probs and attached to each output.
+
+vLLM's ``LogprobsProcessor._update_sample_logprobs`` keeps only ``num_logprobs + 1`` columns of every position, so
+the column :mod:`egpo.rollout.vllm.sampler_patch` appended (always the last) is taken off first: its values are
+kept on the request's ``LogprobsProcessor`` (``egpo_entropy``, one per generated token, in vLLM's order) and the
+rest goes to vLLM's own processing unchanged. ``RequestState._new_completion_output`` attaches them to the
+``CompletionOutput`` as ``egpo_entropy``, sliced as vLLM slices the log probs (the whole list, or the new tokens in
+``DELTA`` mode). Only for an engine whose workers run the sampler patch: egpo's vLLM server applies both.
+"""
+
+from __future__ import annotations
+
+ENTROPY_FIELD = "egpo_entropy"
+
+_state: dict = {"update": None, "new_output": None}
+
+
+def entropy_update_sample_logprobs(self, logprobs_lists):
+    ids, logprobs = logprobs_lists.logprob_token_ids, logprobs_lists.logprobs
+    store = getattr(self, ENTROPY_FIELD, None)
+    if store is None:
+        store = []
+        setattr(self, ENTROPY_FIELD, store)
+    store.extend(logprobs[:, -1].tolist())  # one call per engine step and request, as vLLM's own tolist
+    return _state["update"](self, logprobs_lists._replace(logprob_token_ids=ids[:, :-1], logprobs=logprobs[:, :-1]))
+
+
+def entropy_new_completion_output(self, token_ids, finish_reason, stop_reason):
+    from vllm.sampling_params import RequestOutputKind
+
+    output = _state["new_output"](self, token_ids, finish_reason, stop_reason)
+    entropy = getattr(self.logprobs_processor, ENTROPY_FIELD, None) if self.logprobs_processor else None
+    if entropy is not None:
+        if self.output_kind == RequestOutputKind.DELTA:
+            entropy = entropy[-len(output.token_ids):] if output.token_ids else []
+        setattr(output, ENTROPY_FIELD, list(entropy))
+    return output
+
+
+def apply_frontend_patch() -> None:
+    """Idempotent. The targets are checked first."""
+    from vllm.v1.engine.logprobs import LogprobsProcessor
+    from vllm.v1.engine.output_processor import RequestState
+
+    from egpo.rollout.vllm.versions import check_targets
+
+    if LogprobsProcessor._update_sample_logprobs is entropy_update_sample_logprobs:
+        return
+    check_targets()
+    _state["update"] = LogprobsProcessor._update_sample_logprobs
+    _state["new_output"] = RequestState._new_completion_output
+    LogprobsProcessor._update_sample_logprobs = entropy_update_sample_logprobs
+    RequestState._new_completion_output = entropy_new_completion_output
+
+
+def remove_frontend_patch() -> None:
+    from vllm.v1.engine.logprobs import LogprobsProcessor
+    from vllm.v1.engine.output_processor import RequestState
+
+    if LogprobsProcessor._update_sample_logprobs is entropy_update_sample_logprobs:
+        LogprobsProcessor._update_sample_logprobs = _state["update"]
+        RequestState._new_completion_output = _state["new_output"]
+        _state["update"] = _state["new_output"] = None

@@ -1,0 +1,203 @@
+"""vLLM rollout entropy on vLLM's real classes (0.12.0 with verl 0.7.1, 0.24.0 with verl 0.9.1): the patched
+sampler on real logits against a float64 reference, the extra column through vLLM's per-request slicing and the
+engine-core message, and the front end's log-prob processing into the request output."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from vllm_classes import engine_core_request, require_vllm, sampling_metadata
+
+pytestmark = pytest.mark.vllm
+vllm = require_vllm()
+
+from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from egpo.rollout.vllm import frontend_patch, sampler_patch  # noqa: E402
+from egpo.rollout.vllm.versions import SUPPORTED, VllmPatchTargetError, check_targets, vllm_targets  # noqa: E402
+
+V = 50
+
+
+def entropy64(logits: torch.Tensor, temperature=None, top_k: int = 0) -> torch.Tensor:
+    """Float64 reference, row by row from the definition (-inf entries contribute 0)."""
+    out = []
+    for i, row in enumerate(logits.double()):
+        if temperature is not None and temperature[i] > 0:
+            row = row / temperature[i]
+        if top_k:
+            row = torch.topk(row, top_k).values
+        p = torch.softmax(row, dim=0)
+        out.append(-sum(float(q) * math.log(float(q)) for q in p if q > 0))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def batch_logits(seed: int = 0, rows: int = 6) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, V, generator=g) * 3
+    logits[0, 5:] = float("-inf")  # a masked row (grammar-like)
+    logits[1, :] = -1e4
+    logits[1, 7] = 60.0  # nearly one-hot, large values
+    return logits
+
+
+def generators(rows: int, seed: int = 1234):
+    return {i: torch.Generator().manual_seed(seed + i) for i in range(rows)}
+
+
+@pytest.fixture
+def patched():
+    yield lambda options=EntropyOptions(): sampler_patch.apply_sampler_patch(options)
+    sampler_patch.remove_sampler_patch()
+
+
+def test_installed_version_is_supported_and_its_targets_have_their_shape():
+    assert vllm.__version__ in SUPPORTED
+    check_targets()
+    with pytest.raises(VllmPatchTargetError, match="needs vllm 0.12.0 or 0.24.0"):
+        vllm_targets("0.11.2")
+
+
+@pytest.mark.parametrize("temperature", [[1.0] * 6, [0.0, 0.7, 1.0, 0.0, 1.3, 0.5], [0.0] * 6])
+def test_entropy_column_against_float64(patched, temperature):
+    from vllm.v1.sample.sampler import Sampler
+
+    logits = batch_logits()
+    patched()
+    out = Sampler(logprobs_mode="processed_logprobs")(logits.clone(), sampling_metadata(temperature, 2, generators(6)))
+    tensors = out.logprobs_tensors
+    assert tuple(tensors.logprobs.shape) == (6, 4)  # sampled + top-2 + the entropy column
+    torch.testing.assert_close(tensors.logprobs[:, -1].double(), entropy64(logits), rtol=1e-5, atol=1e-5)
+    assert torch.equal(tensors.logprob_token_ids[:, -1], tensors.logprob_token_ids[:, 0])  # the sampled id
+    assert getattr(Sampler, sampler_patch.STASH, None) is None
+
+
+def test_entropy_after_masks_before_temperature(patched):
+    """The allowed-token mask is applied before sampling: the entropy is of the masked distribution."""
+    from vllm.v1.sample.sampler import Sampler
+
+    logits = batch_logits(1)
+    mask = torch.zeros(6, V, dtype=torch.bool)
+    mask[:, 30:] = True  # disallowed
+    patched()
+    sampler = Sampler(logprobs_mode="raw_logprobs")
+    out = sampler(logits.clone(), sampling_metadata([0.7] * 6, 0, generators(6), allowed_mask=mask))
+    masked = logits.masked_fill(mask, float("-inf"))
+    torch.testing.assert_close(out.logprobs_tensors.logprobs[:, -1].double(), entropy64(masked), rtol=1e-5, atol=1e-5)
+    assert (out.sampled_token_ids < 30).all()
+    assert getattr(sampler, sampler_patch.STASH) is None  # nothing left on the sampler between steps
+
+
+@pytest.mark.parametrize("options", [EntropyOptions(top_k=5), EntropyOptions(temperature_scaled=True),
+                                     EntropyOptions(top_k=3, temperature_scaled=True)])
+def test_options(patched, options):
+    from vllm.v1.sample.sampler import Sampler
+
+    logits = batch_logits(2)
+    temperature = [0.0, 0.7, 1.0, 0.0, 1.3, 0.5]
+    patched(options)
+    out = Sampler()(logits.clone(), sampling_metadata(temperature, 0, generators(6)))
+    expected = entropy64(logits, temperature if options.temperature_scaled else None, options.top_k)
+    torch.testing.assert_close(out.logprobs_tensors.logprobs[:, -1].double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["processed_logprobs", "raw_logprobs"])
+def test_tokens_and_log_probs_identical_to_an_unpatched_sampler(patched, mode):
+    from vllm.v1.sample.sampler import Sampler
+
+    logits = batch_logits(3)
+    temperature = [0.0, 0.7, 1.0, 0.9, 1.3, 0.5]
+    plain = Sampler(logprobs_mode=mode)(logits.clone(), sampling_metadata(temperature, 3, generators(6), top_k=[V, 5, V, 3, V, 10]))
+    patched()
+    ours = Sampler(logprobs_mode=mode)(logits.clone(), sampling_metadata(temperature, 3, generators(6), top_k=[V, 5, V, 3, V, 10]))
+    assert torch.equal(plain.sampled_token_ids, ours.sampled_token_ids)
+    assert torch.equal(plain.logprobs_tensors.logprobs, ours.logprobs_tensors.logprobs[:, :-1])
+    assert torch.equal(plain.logprobs_tensors.logprob_token_ids, ours.logprobs_tensors.logprob_token_ids[:, :-1])
+    assert torch.equal(plain.logprobs_tensors.selected_token_ranks, ours.logprobs_tensors.selected_token_ranks)
+
+
+def test_no_log_probs_requested_adds_nothing(patched):
+    from vllm.v1.sample.sampler import Sampler
+
+    patched()
+    out = Sampler()(batch_logits(4), sampling_metadata([1.0] * 6, None, generators(6)))
+    assert out.logprobs_tensors is None
+
+
+def test_column_rides_the_per_request_slicing_and_the_engine_core_message(patched):
+    """Rows sliced per request as vLLM's scheduler slices them (a request stopped after fewer tokens keeps only its
+    rows), then the engine-core message encoded and decoded by vLLM's own msgpack codec."""
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+
+    patched()
+    logits = batch_logits(5)
+    out = Sampler()(logits.clone(), sampling_metadata([1.0] * 6, 1, generators(6)))
+    lists = out.logprobs_tensors.tolists()
+    expected = entropy64(logits)
+    first, second = lists.slice_request(0, 4), lists.slice_request(4, 2)  # two requests: 4 and 2 positions
+    sent = EngineCoreOutputs(outputs=[
+        EngineCoreOutput(request_id="a", new_token_ids=out.sampled_token_ids[:4, 0].tolist(), new_logprobs=first),
+        EngineCoreOutput(request_id="b", new_token_ids=out.sampled_token_ids[4:, 0].tolist()[:1],
+                         new_logprobs=second.slice_request(0, 1) if hasattr(second, "slice_request") else second),
+    ])
+    received = MsgpackDecoder(EngineCoreOutputs).decode(MsgpackEncoder().encode(sent))
+    a, b = received.outputs
+    np.testing.assert_allclose(a.new_logprobs.logprobs[:, -1], expected[:4].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b.new_logprobs.logprobs[:, -1], expected[4:5].numpy(), rtol=1e-5, atol=1e-5)
+    assert a.new_logprobs.logprobs.shape == (4, 3) and b.new_logprobs.logprobs.shape == (1, 3)
+
+
+@pytest.fixture
+def frontend():
+    frontend_patch.apply_frontend_patch()
+    yield
+    frontend_patch.remove_frontend_patch()
+
+
+def lists_with_entropy(token_ids, entropy, k=0, seed=0):
+    """What the patched worker sends for one request: sampled + k top columns + the entropy column."""
+    from vllm.v1.outputs import LogprobsLists
+
+    g = np.random.default_rng(seed)
+    n = len(token_ids)
+    ids = np.concatenate([np.array(token_ids)[:, None], g.integers(0, V, (n, k)), np.array(token_ids)[:, None]], 1)
+    logprobs = np.concatenate([-g.random((n, k + 1)), np.array(entropy)[:, None]], 1).astype(np.float32)
+    return LogprobsLists(ids.astype(np.int32), logprobs, np.ones(n, dtype=np.int32), None)
+
+
+@pytest.mark.parametrize("kind", ["FINAL_ONLY", "DELTA", "CUMULATIVE"])
+def test_front_end_takes_the_column_off_and_attaches_the_entropy(frontend, kind):
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine import EngineCoreOutput, FinishReason
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    output_kind = getattr(RequestOutputKind, kind)
+    processor = OutputProcessor(tokenizer=None, log_stats=False)
+    processor.add_request(engine_core_request("r", [1, 2, 3], logprobs=0, output_kind=output_kind), None)
+    steps = [([5, 6], [0.5, 0.25]), ([7], [1.5]), ([8, 9], [0.0, 2.0])]
+    seen, logprob_lists = [], []
+    for i, (tokens, entropy) in enumerate(steps):
+        last = i == len(steps) - 1
+        lists = lists_with_entropy(tokens, entropy, seed=i)
+        logprob_lists.append(lists.logprobs[:, 0])
+        result = processor.process_outputs([EngineCoreOutput(
+            request_id="r", new_token_ids=tokens, new_logprobs=lists,
+            finish_reason=FinishReason.LENGTH if last else None)])
+        for request_output in result.request_outputs:
+            seen.append(request_output.outputs[0])
+    all_entropy = [e for _, es in steps for e in es]
+    if kind == "DELTA":
+        assert [o.egpo_entropy for o in seen] == [es for _, es in steps]
+        assert [len(o.logprobs) for o in seen] == [len(t) for t, _ in steps]
+    else:
+        final = seen[-1]
+        assert final.token_ids == [5, 6, 7, 8, 9] and final.egpo_entropy == pytest.approx(all_entropy)
+        # vLLM's own log probs are those of the sampled tokens, the entropy column gone from every position
+        assert [p[t].logprob for p, t in zip(final.logprobs, final.token_ids)] == \
+            pytest.approx(np.concatenate(logprob_lists).tolist())
+        assert all(len(p) == 1 for p in final.logprobs)
+    assert processor.request_states == {}  # nothing per request left once it finished
