@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from vllm_classes import engine_core_request, require_vllm, sampling_metadata
+from vllm_classes import engine_core_request, lists_with_entropy, require_vllm, sampling_metadata
 
 pytestmark = pytest.mark.vllm
 vllm = require_vllm()
@@ -156,17 +156,6 @@ def frontend():
     frontend_patch.apply_frontend_patch()
     yield
     frontend_patch.remove_frontend_patch()
-
-
-def lists_with_entropy(token_ids, entropy, k=0, seed=0):
-    """What the patched worker sends for one request: sampled + k top columns + the entropy column."""
-    from vllm.v1.outputs import LogprobsLists
-
-    g = np.random.default_rng(seed)
-    n = len(token_ids)
-    ids = np.concatenate([np.array(token_ids)[:, None], g.integers(0, V, (n, k)), np.array(token_ids)[:, None]], 1)
-    logprobs = np.concatenate([-g.random((n, k + 1)), np.array(entropy)[:, None]], 1).astype(np.float32)
-    return LogprobsLists(ids.astype(np.int32), logprobs, np.ones(n, dtype=np.int32), None)
 
 
 @pytest.mark.parametrize("kind", ["FINAL_ONLY", "DELTA", "CUMULATIVE"])

@@ -51,15 +51,53 @@ def sampling_metadata(temperature, max_num_logprobs, generators=None, top_k=None
     return SamplingMetadata(**{k: v for k, v in values.items() if k in names})
 
 
-def engine_core_request(request_id: str, prompt: list[int], logprobs: int | None, output_kind=None):
+def engine_core_request(request_id: str, prompt: list[int], logprobs: int | None = None, output_kind=None, params=None):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine import EngineCoreRequest
 
-    params = SamplingParams(max_tokens=16, logprobs=logprobs, detokenize=False,
-                            output_kind=output_kind or RequestOutputKind.FINAL_ONLY)
+    params = params or SamplingParams(max_tokens=16, logprobs=logprobs, detokenize=False,
+                                      output_kind=output_kind or RequestOutputKind.FINAL_ONLY)
     values = dict(request_id=request_id, prompt_token_ids=prompt, mm_features=None, sampling_params=params,
                   pooling_params=None, eos_token_id=None, arrival_time=0.0, lora_request=None, cache_salt=None,
                   data_parallel_rank=None, external_req_id=request_id)
     fields = set(EngineCoreRequest.__struct_fields__)
     return EngineCoreRequest(**{k: v for k, v in values.items() if k in fields})
+
+
+def lists_with_entropy(token_ids, entropy, k=0, seed=0, vocab=50):
+    """What the patched worker sends for one request and step: sampled + k top columns + the entropy column."""
+    import numpy as np
+    from vllm.v1.outputs import LogprobsLists
+
+    g = np.random.default_rng(seed)
+    n = len(token_ids)
+    ids = np.concatenate([np.array(token_ids)[:, None], g.integers(0, vocab, (n, k)), np.array(token_ids)[:, None]], 1)
+    logprobs = np.concatenate([-g.random((n, k + 1)), np.array(entropy)[:, None]], 1).astype(np.float32)
+    return LogprobsLists(ids.astype(np.int32), logprobs, np.ones(n, dtype=np.int32), None)
+
+
+class OutputProcessorEngine:
+    """An engine client whose ``generate`` answers through vLLM's real ``OutputProcessor``: each step's tokens and
+    the patched worker's log-prob lists (entropy column included) go in as ``EngineCoreOutput``s, the request's
+    ``RequestOutput``s come out, as vLLM's ``AsyncLLM`` yields them."""
+
+    def __init__(self, steps):
+        self.steps = steps  # [(token_ids, entropy), ...]
+        self.requests = []
+
+    async def generate(self, prompt, sampling_params, request_id, **kwargs):
+        from vllm.v1.engine import EngineCoreOutput, FinishReason
+        from vllm.v1.engine.output_processor import OutputProcessor
+
+        self.requests.append(sampling_params)
+        processor = OutputProcessor(tokenizer=None, log_stats=False)
+        processor.add_request(engine_core_request(request_id, list(prompt["prompt_token_ids"]), params=sampling_params),
+                              None)
+        for i, (tokens, entropy) in enumerate(self.steps):
+            last = i == len(self.steps) - 1
+            result = processor.process_outputs([EngineCoreOutput(
+                request_id=request_id, new_token_ids=tokens, new_logprobs=lists_with_entropy(tokens, entropy, seed=i),
+                finish_reason=FinishReason.LENGTH if last else None)])
+            for output in result.request_outputs:
+                yield output

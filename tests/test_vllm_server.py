@@ -1,0 +1,101 @@
+"""egpo's vLLM server on verl's real ``vLLMHttpServer.generate`` (0.7.1 with vLLM 0.12.0, 0.9.1 with 0.24.0), its
+requests answered through vLLM's real ``OutputProcessor`` from what the patched workers send; and the gated
+``vllm.general_plugins`` entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from types import SimpleNamespace
+
+import pytest
+from vllm_classes import OutputProcessorEngine, require_vllm
+
+pytestmark = pytest.mark.vllm
+require_vllm()
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from egpo.keys import ROLLOUT_ENTROPY  # noqa: E402
+from egpo.rollout.engine_options import ENV_VAR, read_options  # noqa: E402
+from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from egpo.rollout.vllm import frontend_patch, plugin, sampler_patch  # noqa: E402
+from egpo.rollout.vllm.server import EntropyvLLMHttpServer, prepare_entropy_engine  # noqa: E402
+
+STEPS = [([5, 6], [0.5, 0.25]), ([7], [1.5]), ([8, 9], [0.0, 2.0])]
+
+
+def bare_server(engine):
+    """An instance of egpo's server without launching anything: the attributes verl's ``generate`` reads on either
+    verl (0.9.1 adds the PD-disaggregation role, the submission gate, determinism and MTP settings)."""
+    server = object.__new__(EntropyvLLMHttpServer)
+    server.config = OmegaConf.create({"max_model_len": 64, "response_length": 16, "prompt_length": 16,
+                                      "enable_rollout_routing_replay": False, "full_determinism": False, "seed": 0,
+                                      "mtp": None})
+    server.model_config = SimpleNamespace(lora_rank=0, lora={}, processor=None)
+    server.engine, server.global_steps, server.replica_rank = engine, 3, 0
+    server._disaggregation_role, server._pd_decode_peers = "null", []
+    server._submission_paused, server._rejecting, server._admitting = False, False, 0
+    return server
+
+
+@pytest.fixture
+def frontend():
+    frontend_patch.apply_frontend_patch()
+    yield
+    frontend_patch.remove_frontend_patch()
+
+
+@pytest.mark.parametrize("wants_log_probs", [False, True])
+def test_generate_returns_the_entropy_with_the_tokens(frontend, wants_log_probs):
+    engine = OutputProcessorEngine(STEPS)
+    server = bare_server(engine)
+    params = {"temperature": 1.0, **({"logprobs": True} if wants_log_probs else {})}
+    output = asyncio.run(server.generate([1, 2, 3], params, "req-1"))
+    assert output.token_ids == [5, 6, 7, 8, 9]
+    assert output.extra_fields[ROLLOUT_ENTROPY] == pytest.approx([0.5, 0.25, 1.5, 0.0, 2.0])
+    assert engine.requests[0].logprobs == 0  # log probs always requested: the entropy rides beside them
+    assert (output.log_probs is not None) == wants_log_probs
+    if wants_log_probs:
+        assert len(output.log_probs) == 5 and all(lp <= 0 for lp in output.log_probs)
+    assert server.engine.captured == {}  # nothing per request left
+
+
+def test_a_worker_without_the_patch_stops_the_request_with_the_fix(frontend):
+    frontend_patch.remove_frontend_patch()  # nothing attaches egpo_entropy
+    server = bare_server(OutputProcessorEngine([([5], [0.5])]))
+    with pytest.raises(RuntimeError, match="vllm.general_plugins entry point"):
+        asyncio.run(server.generate([1, 2, 3], {"temperature": 1.0}, "req-2"))
+    frontend_patch.apply_frontend_patch()
+
+
+def test_prepare_exports_the_options_and_patches_the_front_end(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    rollout = OmegaConf.create({"custom": {"entropy": {"top_k": 7, "temperature_scaled": True}}})
+    try:
+        assert prepare_entropy_engine(rollout) == EntropyOptions(top_k=7, temperature_scaled=True)
+        assert read_options() == EntropyOptions(top_k=7, temperature_scaled=True)
+        from vllm.v1.engine.logprobs import LogprobsProcessor
+
+        assert LogprobsProcessor._update_sample_logprobs is frontend_patch.entropy_update_sample_logprobs
+    finally:
+        frontend_patch.remove_frontend_patch()
+
+
+def test_plugin_acts_only_for_an_engine_egpo_launched(monkeypatch):
+    from importlib.metadata import entry_points
+
+    from vllm.v1.sample.sampler import Sampler
+
+    assert "egpo.rollout.vllm.plugin:load" in {e.value for e in entry_points(group="vllm.general_plugins")}
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    plugin.load()
+    assert Sampler.forward is not sampler_patch.entropy_forward  # any other vLLM user: untouched
+    monkeypatch.setenv(ENV_VAR, '{"top_k": 3, "temperature_scaled": false}')
+    try:
+        plugin.load()
+        assert Sampler.forward is sampler_patch.entropy_forward
+        assert sampler_patch._state["options"] == EntropyOptions(top_k=3)
+    finally:
+        sampler_patch.remove_sampler_patch()
+    assert os.environ[ENV_VAR]
