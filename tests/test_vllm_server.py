@@ -70,11 +70,17 @@ def test_a_worker_without_the_patch_stops_the_request_with_the_fix(frontend):
 
 
 def test_prepare_exports_the_options_and_patches_the_front_end(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    rollout = OmegaConf.create({"custom": {"entropy": {"top_k": 7, "temperature_scaled": True}}})
+    from egpo.rollout.vllm.versions import vllm_targets
+
+    monkeypatch.setenv(ENV_VAR, "{}")  # restored afterwards, whatever the server sets
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "")
+    rollout = OmegaConf.create({"custom": {"entropy": {"top_k": 7, "temperature_scaled": True}},
+                                "pipeline_model_parallel_size": 1, "engine_kwargs": {"vllm": {}}})
     try:
         assert prepare_entropy_engine(rollout) == EntropyOptions(top_k=7, temperature_scaled=True)
         assert read_options() == EntropyOptions(top_k=7, temperature_scaled=True)
+        for key, value in vllm_targets().engine_env.items():  # 0.24.0: the V1 model runner, whose sampler is patched
+            assert os.environ[key] == value
         from vllm.v1.engine.logprobs import LogprobsProcessor
 
         assert LogprobsProcessor._update_sample_logprobs is frontend_patch.entropy_update_sample_logprobs

@@ -1,7 +1,8 @@
 """verl's ``vLLMHttpServer`` returning each response's per-token entropy with its tokens.
 
-Before vLLM launches, the server checks every patch target of the installed vLLM, exports the entropy options for
-vLLM's processes (where egpo's ``vllm.general_plugins`` entry point applies the sampler patch) and applies the
+Before vLLM launches, the server refuses settings where per-token entropy would be missing or wrong
+(:mod:`egpo.rollout.vllm.limits`), checks every patch target of the installed vLLM, exports the entropy options and
+the model runner's environment (:mod:`egpo.rollout.vllm.versions`) for vLLM's processes (where egpo's ``vllm.general_plugins`` entry point applies the sampler patch) and applies the
 front-end patch in its own process. verl's own ``generate`` runs unchanged: each request is sent with log probs on
 (the entropy rides beside them), the engine client is wrapped once so that the final ``RequestOutput`` of each of
 this server's requests leaves its ``egpo_entropy`` behind, and the values come back in
@@ -17,6 +18,7 @@ from egpo.keys import ROLLOUT_ENTROPY
 from egpo.rollout.engine_options import export_options
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.vllm.frontend_patch import ENTROPY_FIELD, apply_frontend_patch
+from egpo.rollout.vllm.limits import refuse_unsupported_settings
 from egpo.rollout.vllm.versions import check_targets
 
 
@@ -79,9 +81,14 @@ class EntropyvLLMHttpServer(vLLMHttpServer):
 
 
 def prepare_entropy_engine(rollout_config) -> EntropyOptions:
-    """In the server's process, before vLLM starts its own: targets checked, options exported, front end patched."""
-    check_targets()
+    """In the server's process, before vLLM starts its own: settings and targets checked, options and the model
+    runner's environment exported, front end patched."""
+    import os
+
+    refuse_unsupported_settings(rollout_config)
+    targets = check_targets()
     options = EntropyOptions.from_rollout_config(rollout_config)
     export_options(options)
+    os.environ.update(targets.engine_env)
     apply_frontend_patch()
     return options

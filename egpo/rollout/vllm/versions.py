@@ -23,6 +23,9 @@ class VllmTargets:
     # the NamedTuple that carries sampled-token log probs (worker -> engine core -> front end) and its fields
     logprobs_lists_fields: tuple[str, ...]
     logprobs_tensors_fields: tuple[str, ...]
+    # set in the server's environment before vLLM starts its processes: the model runner whose sampler egpo patches
+    # (vLLM 0.24.0 runs Model Runner V2 by default for Qwen3 and Llama models on a GPU with Triton)
+    engine_env: dict
 
 
 SAMPLER = "vllm.v1.sample.sampler"
@@ -40,10 +43,12 @@ _LISTS = ("logprob_token_ids", "logprobs", "sampled_token_ranks", "cu_num_genera
 
 TARGETS = {
     "0.12.0": VllmTargets(methods=_COMMON_METHODS, logprobs_lists_fields=_LISTS,
-                          logprobs_tensors_fields=("logprob_token_ids", "logprobs", "selected_token_ranks")),
+                          logprobs_tensors_fields=("logprob_token_ids", "logprobs", "selected_token_ranks"),
+                          engine_env={}),
     "0.24.0": VllmTargets(methods=_COMMON_METHODS, logprobs_lists_fields=_LISTS,
                           logprobs_tensors_fields=("logprob_token_ids", "logprobs", "selected_token_ranks",
-                                                   "cu_num_generated_tokens")),
+                                                   "cu_num_generated_tokens"),
+                          engine_env={"VLLM_USE_V2_MODEL_RUNNER": "0"}),
 }
 SUPPORTED = tuple(TARGETS)
 

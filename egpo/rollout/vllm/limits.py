@@ -1,0 +1,66 @@
+"""Rollout settings under which vLLM (0.12.0, 0.24.0) would return no, or wrong, per-token entropy.
+
+Checked by egpo's vLLM server before vLLM launches (and meant for the start-up checks). No vLLM import here. verl
+passes ``engine_kwargs.vllm`` to vLLM's engine arguments, so the same settings are refused there, each with the key
+to remove.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENGINE_KWARGS_PREFIX = "actor_rollout_ref.rollout.engine_kwargs.vllm"
+SPECULATIVE = ("speculative decoding samples through vLLM's rejection sampler, which calls the sampler for the bonus "
+               "token only, so most tokens would have no entropy")
+# the environment variable that selects vLLM's Model Runner V2 (its own sampler, which egpo does not patch)
+V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+class UnsupportedVllmSettingError(ValueError):
+    """A rollout setting under which vLLM cannot return per-token entropy."""
+
+
+def _is_set(value) -> bool:
+    return value not in (None, "", {}, "None", "none")
+
+
+def _engine_kwargs(config) -> dict:
+    engine_kwargs = getattr(config, "engine_kwargs", None) or {}
+    vllm = engine_kwargs.get("vllm", None) if hasattr(engine_kwargs, "get") else getattr(engine_kwargs, "vllm", None)
+    return dict(vllm or {})
+
+
+def unsupported_settings(config, environ=None) -> list[str]:
+    """Every problem, each with its fix; ``config`` is ``actor_rollout_ref.rollout``."""
+    environ = os.environ if environ is None else environ
+    problems = []
+    kwargs = _engine_kwargs(config)
+    if _is_set(kwargs.get("speculative_config")):
+        problems.append(f"{ENGINE_KWARGS_PREFIX}.speculative_config: {SPECULATIVE}; remove it "
+                        f"(~{ENGINE_KWARGS_PREFIX}.speculative_config)")
+    if kwargs.get("max_logprobs") is not None and int(kwargs["max_logprobs"]) < 0:
+        problems.append(f"{ENGINE_KWARGS_PREFIX}.max_logprobs={kwargs['max_logprobs']}: full-vocabulary log probs "
+                        "replace the sampled-token log probs the entropy rides beside; remove it "
+                        f"(~{ENGINE_KWARGS_PREFIX}.max_logprobs)")
+    mtp = getattr(config, "mtp", None)
+    if mtp is not None and getattr(mtp, "enable", False) and getattr(mtp, "enable_rollout", False):
+        problems.append(f"actor_rollout_ref.rollout.mtp.enable_rollout=true: {SPECULATIVE}; disable MTP rollout "
+                        "(actor_rollout_ref.rollout.mtp.enable_rollout=false)")
+    if int(getattr(config, "pipeline_model_parallel_size", 1) or 1) > 1:
+        problems.append(f"actor_rollout_ref.rollout.pipeline_model_parallel_size="
+                        f"{config.pipeline_model_parallel_size}: not covered by egpo's tests; use 1")
+    disaggregation = getattr(config, "disaggregation", None)
+    if disaggregation is not None and bool(getattr(disaggregation, "enabled", False)):
+        problems.append("actor_rollout_ref.rollout.disaggregation.enabled=true: the prefill server samples each "
+                        "response's first token, and the decode server, which returns the response, has no entropy "
+                        "for it; set actor_rollout_ref.rollout.disaggregation.enabled=false")
+    if str(environ.get(V2_RUNNER, "")).strip().lower() in ("1", "true"):
+        problems.append(f"{V2_RUNNER}={environ[V2_RUNNER]}: vLLM's Model Runner V2 samples with its own sampler, which "
+                        f"egpo does not patch; unset it (egpo runs vLLM's V1 model runner, {V2_RUNNER}=0)")
+    return problems
+
+
+def refuse_unsupported_settings(config, environ=None) -> None:
+    problems = unsupported_settings(config, environ)
+    if problems:
+        raise UnsupportedVllmSettingError("rollout entropy from vLLM cannot be produced: " + "; ".join(problems))

@@ -1,0 +1,32 @@
+"""Settings under which vLLM cannot return per-token entropy are refused, each with its fix (no vLLM needed)."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from egpo.rollout.vllm.limits import UnsupportedVllmSettingError, refuse_unsupported_settings, unsupported_settings
+
+
+def rollout(**values):
+    base = {"pipeline_model_parallel_size": 1, "engine_kwargs": {"vllm": {}}, "mtp": None}
+    return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(values))
+
+
+def test_plain_settings_pass():
+    assert unsupported_settings(rollout(), environ={}) == []
+    assert unsupported_settings(rollout(engine_kwargs={"vllm": {"max_logprobs": 20}}), environ={
+        "VLLM_USE_V2_MODEL_RUNNER": "0"}) == []
+
+
+@pytest.mark.parametrize("values, environ, fix", [
+    ({"engine_kwargs": {"vllm": {"speculative_config": {"method": "eagle"}}}}, {},
+     "~actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"),
+    ({"engine_kwargs": {"vllm": {"max_logprobs": -1}}}, {}, "~actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"),
+    ({"mtp": {"enable": True, "enable_rollout": True}}, {}, "actor_rollout_ref.rollout.mtp.enable_rollout=false"),
+    ({"pipeline_model_parallel_size": 2}, {}, "use 1"),
+    ({"disaggregation": {"enabled": True}}, {}, "actor_rollout_ref.rollout.disaggregation.enabled=false"),
+    ({}, {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "VLLM_USE_V2_MODEL_RUNNER=0"),
+])
+def test_each_refusal_names_its_fix(values, environ, fix):
+    with pytest.raises(UnsupportedVllmSettingError, match="rollout entropy from vLLM cannot be produced") as err:
+        refuse_unsupported_settings(rollout(**values), environ=environ)
+    assert fix in str(err.value)
