@@ -1,0 +1,83 @@
+"""Cost of egpo's entropy patch on vLLM's real ``Sampler.forward``, as a ratio to the unpatched sampler.
+
+    python bench/vllm_sampler_patch.py [--device cpu|cuda] [--vocab 151936] [--batches 1 32 256]
+
+Same logits, same sampling settings (temperature 0.7, top-k/top-p off, sampled-token log probs on as verl asks
+for them: ``logprobs=0``, ``processed_logprobs``), patched and unpatched runs interleaved, medians reported. Runs
+in a stack's vLLM layer (README, "Rollout entropy from vLLM"; vLLM 0.12.0 or 0.24.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+
+import torch
+
+from egpo.rollout.entropy import EntropyOptions
+
+
+def metadata(bs: int, device):
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+
+    values = dict(temperature=torch.full((bs,), 0.7, device=device), all_greedy=False, all_random=True, top_p=None,
+                  top_k=None, generators={}, max_num_logprobs=0, no_penalties=True, prompt_token_ids=None,
+                  frequency_penalties=torch.zeros(bs, device=device), presence_penalties=torch.zeros(bs, device=device),
+                  repetition_penalties=torch.ones(bs, device=device), output_token_ids=[[] for _ in range(bs)],
+                  allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors())
+    names = {f.name for f in dataclasses.fields(SamplingMetadata)}
+    return SamplingMetadata(**{k: v for k, v in values.items() if k in names})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--vocab", type=int, default=151936)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+
+    import vllm
+    from vllm.v1.sample.sampler import Sampler
+
+    from egpo.rollout.vllm import sampler_patch
+
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def timed(x, bs, patched):
+        if patched:
+            sampler_patch.apply_sampler_patch(EntropyOptions())
+        else:
+            sampler_patch.remove_sampler_patch()
+        sampler = Sampler(logprobs_mode="processed_logprobs")
+        meta = metadata(bs, dev)
+        logits = x.clone()
+        sync()
+        start = time.perf_counter()
+        sampler(logits, meta)
+        sync()
+        return time.perf_counter() - start
+
+    print(f"vllm {vllm.__version__}, device {args.device}, vocab {args.vocab}, fp32 logits, {args.rounds} "
+          "interleaved rounds, medians")
+    print("| batch | sampler (ms) | sampler + entropy patch (ms) | ratio |")
+    print("|---|---|---|---|")
+    for bs in args.batches:
+        x = torch.randn(bs, args.vocab, device=dev) * 3
+        for patched in (False, True):  # warm-up (and compile, on CUDA)
+            timed(x, bs, patched)
+        plain, patched = [], []
+        for _ in range(args.rounds):
+            plain.append(timed(x, bs, False))
+            patched.append(timed(x, bs, True))
+        p, q = statistics.median(plain) * 1e3, statistics.median(patched) * 1e3
+        print(f"| {bs} | {p:.2f} | {q:.2f} | {q / p:.2f}x |")
+    sampler_patch.remove_sampler_patch()
+
+
+if __name__ == "__main__":
+    main()
