@@ -87,3 +87,22 @@ def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
     assert "| arm - grpo |" in text and "| egpo_rollout | 2 | 1 |" in text  # the paired table
     for png in ("egpo_cot_entropy_mean.png", "critic_score_mean.png", "actor_entropy.png"):
         assert (out / png).stat().st_size > 1000
+
+
+def test_every_arm_composes_to_the_variant_its_name_says():
+    from hydra import compose, initialize_config_module
+
+    from egpo.ablation import ARM_SETS, ARMS, expand_arms
+    from egpo.settings import EgpoSettings
+
+    assert expand_arms(["estimators", "grpo", "egpo_actor"]) == [*ARM_SETS["estimators"], "egpo_actor"]
+    for arm, overrides in ARMS.items():
+        with initialize_config_module(config_module="egpo.config", version_base=None):
+            cfg = compose(config_name="egpo_trainer", overrides=list(overrides))
+        settings = EgpoSettings.from_algorithm(cfg.algorithm)
+        assert settings.enabled
+        assert (settings.egpo_lambda == 0) == (arm == "grpo")
+        assert settings.granularity == ("token" if "_token" in arm else "response"), arm
+        assert settings.span == ("response" if "respspan" in arm else "cot"), arm
+        assert settings.entropy_source == ("rollout" if "rollout" in arm else "actor"), arm
+        assert settings.bypass_mode == arm.endswith("bypass")
