@@ -9,12 +9,11 @@ in a stack's vLLM layer (README, "Rollout entropy from vLLM"; vLLM 0.12.0 or 0.2
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import statistics
 import time
 
 import torch
+from interleaved import patch_bench_arguments, print_patch_table
 
 from egpo.rollout.entropy import EntropyOptions
 
@@ -33,12 +32,7 @@ def metadata(bs: int, device):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--vocab", type=int, default=151936)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
+    args = patch_bench_arguments(__doc__)
 
     import vllm
     from vllm.v1.sample.sampler import Sampler
@@ -64,18 +58,7 @@ def main() -> None:
 
     print(f"vllm {vllm.__version__}, device {args.device}, vocab {args.vocab}, fp32 logits, {args.rounds} "
           "interleaved rounds, medians")
-    print("| batch | sampler (ms) | sampler + entropy patch (ms) | ratio |")
-    print("|---|---|---|---|")
-    for bs in args.batches:
-        x = torch.randn(bs, args.vocab, device=dev) * 3
-        for patched in (False, True):  # warm-up (and compile, on CUDA)
-            timed(x, bs, patched)
-        plain, patched = [], []
-        for _ in range(args.rounds):
-            plain.append(timed(x, bs, False))
-            patched.append(timed(x, bs, True))
-        p, q = statistics.median(plain) * 1e3, statistics.median(patched) * 1e3
-        print(f"| {bs} | {p:.2f} | {q:.2f} | {q / p:.2f}x |")
+    print_patch_table(timed, args.batches, args.vocab, args.rounds, dev)
     sampler_patch.remove_sampler_patch()
 
 

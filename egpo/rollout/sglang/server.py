@@ -22,9 +22,9 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer  # noqa: E402
 
 from egpo.rollout.entropy import EntropyOptions
+from egpo.rollout.token_output import attach_rollout_entropy
 from egpo.rollout.sglang.limits import refuse_unsupported_settings
 from egpo.rollout.sglang.tokenizer_patches import META_KEY, apply_tokenizer_patches
-from egpo.keys import ROLLOUT_ENTROPY
 
 
 class EntropySGLangHttpServer(SGLangHttpServer):
@@ -62,19 +62,9 @@ class EntropySGLangHttpServer(SGLangHttpServer):
             # aborted before its first token (nothing was sampled), or an output verl 0.9.1 returns without
             # tokens (its log probs did not match them): no token, no entropy
             entropy = []
-        if entropy is None:
-            raise RuntimeError(
-                f"sglang returned no meta_info[{META_KEY!r}] for request {request_id}: its scheduler ran without "
-                "egpo's patches (check that the rollout replica is egpo's)"
-            )
-        if len(entropy) != len(output.token_ids):
-            raise RuntimeError(
-                f"sglang returned {len(entropy)} entropy values for {len(output.token_ids)} tokens (request {request_id})"
-            )
-        output.extra_fields[ROLLOUT_ENTROPY] = list(entropy)
-        if not wants_log_probs:
-            output.log_probs = None
-        return output
+        missing = (f"sglang returned no meta_info[{META_KEY!r}] for request {request_id}: its scheduler ran without "
+                   "egpo's patches (check that the rollout replica is egpo's)")
+        return attach_rollout_entropy(output, entropy, wants_log_probs, missing, "sglang", request_id)
 
     def _no_token_output(self, captured: "CapturedOutput") -> TokenOutput:
         """The output of a request that ended before its first token (verl's generate fails to unpack it)."""

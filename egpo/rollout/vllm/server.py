@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
-from egpo.keys import ROLLOUT_ENTROPY
 from egpo.rollout.engine_options import export_options
 from egpo.rollout.entropy import EntropyOptions
+from egpo.rollout.token_output import attach_rollout_entropy
 from egpo.rollout.vllm.frontend_patch import ENTROPY_FIELD, apply_frontend_patch
 from egpo.rollout.vllm.limits import refuse_unsupported_settings
 from egpo.rollout.vllm.versions import check_targets
@@ -65,19 +65,9 @@ class EntropyvLLMHttpServer(vLLMHttpServer):
             engine.captured.pop(request_id, None)
         if not output.token_ids:
             entropy = []  # aborted before its first token: nothing was sampled
-        if entropy is None:
-            raise RuntimeError(
-                f"vLLM returned no {ENTROPY_FIELD} for request {request_id}: its workers ran without egpo's sampler "
-                "patch (egpo's vllm.general_plugins entry point: reinstall egpo so vLLM finds it)"
-            )
-        if len(entropy) != len(output.token_ids):
-            raise RuntimeError(
-                f"vLLM returned {len(entropy)} entropy values for {len(output.token_ids)} tokens (request {request_id})"
-            )
-        output.extra_fields[ROLLOUT_ENTROPY] = list(entropy)
-        if not wants_log_probs:
-            output.log_probs = None
-        return output
+        missing = (f"vLLM returned no {ENTROPY_FIELD} for request {request_id}: its workers ran without egpo's sampler "
+                   "patch (egpo's vllm.general_plugins entry point: reinstall egpo so vLLM finds it)")
+        return attach_rollout_entropy(output, entropy, wants_log_probs, missing, "vLLM", request_id)
 
 
 def prepare_entropy_engine(rollout_config) -> EntropyOptions:
