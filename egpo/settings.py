@@ -13,7 +13,7 @@ from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
 ENTROPY_SOURCES = tuple(ENTROPY_KEY_BY_SOURCE)
-ENTROPY_ROLLOUTS = ("hf", "sglang")  # the rollout engines egpo makes return per-token entropy
+ENTROPY_ROLLOUTS = ("hf", "sglang", "vllm")  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 BYPASS = "algorithm.rollout_correction.bypass_mode"
 
@@ -46,7 +46,7 @@ def bypass_with_actor_entropy_error(rollout_name: str | None) -> EgpoConfigError
     return EgpoConfigError(
         "algorithm.entropy_source=actor needs the actor's old-log-prob recompute, which "
         f"{BYPASS}=true skips (the point of bypass mode is to avoid that forward pass); rollout entropy is free "
-        f"from sglang (and egpo's hf server on a CPU). Fix: {fix_text(fixes)}.",
+        f"from sglang and vLLM (and egpo's hf server on a CPU). Fix: {fix_text(fixes)}.",
         fixes,
     )
 

@@ -117,7 +117,8 @@ def test_replicas_are_chosen_where_this_verl_chooses_them():
         from egpo.compat.rollout import prepare_manager
         from omegaconf import OmegaConf
 
-        prepare_manager(manager, OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}))
+        prepare_manager(manager, OmegaConf.create({"algorithm": {"adv_estimator": "grpo"},
+                                                   "actor_rollout_ref": {"rollout": {"name": "hf"}}}))
         assert manager.rollout_replica_class is HFRolloutReplica
     else:
         assert get_rollout_replica_class("hf") is HFRolloutReplica

@@ -100,10 +100,62 @@ def test_sglang_on_cpu_needs_its_engine_settings():
 
 
 def test_rollout_entropy_from_an_engine_that_returns_none_is_refused_before_ray():
-    cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda")
-    with pytest.raises(EgpoConfigError, match="rollout.name=vllm returns no per-token entropy.*rollout.name=sglang"):
+    cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=trtllm", "trainer.device=cuda")
+    with pytest.raises(EgpoConfigError, match="rollout.name=trtllm returns no per-token entropy.*rollout.name=sglang"):
         checks(cfg)
-    checks(smoke("actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))  # actor entropy: fine
+    checks(smoke("actor_rollout_ref.rollout.name=trtllm", "trainer.device=cuda"))  # actor entropy: fine
+
+
+@pytest.fixture
+def installed_vllm(monkeypatch):
+    """Sets the vLLM version the start-up checks read from package metadata."""
+    from egpo.rollout.vllm import versions
+
+    def install(version):
+        monkeypatch.setattr(versions, "installed_vllm", lambda: version)
+
+    return install
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.24.0"])
+def test_vllm_rollout_entropy_runs_on_the_versions_egpo_patches(installed_vllm, version):
+    installed_vllm(version)
+    checks(smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))
+
+
+@pytest.mark.parametrize("version, found", [(None, "vllm is not installed"), ("0.11.0", "vllm 0.11.0 is installed")])
+def test_vllm_rollout_entropy_on_another_vllm_is_refused_before_ray(installed_vllm, version, found):
+    installed_vllm(version)
+    cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda")
+    with pytest.raises(EgpoConfigError, match=rf"needs vllm 0.12.0, 0.24.0, 0.32.0.*{found}.*pip install vllm==0.12.0 "
+                                              r"with verl 0.7.1.*\+\+algorithm.entropy_source=actor") as err:
+        checks(cfg)
+    [fix] = err.value.fixes
+    checks(smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda", *fix))
+    # what does not read the rollout's entropy keeps verl's own vLLM replica, on any vLLM
+    checks(smoke("actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))
+    checks(smoke("algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("++actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={method:ngram}", "speculative_config"),
+    ("++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=-1", "max_logprobs=-1"),
+    ("actor_rollout_ref.rollout.pipeline_model_parallel_size=2", "pipeline_model_parallel_size=2"),
+])
+def test_vllm_entropy_limits_are_checked_at_start_up(installed_vllm, override, message):
+    installed_vllm("0.24.0")
+    base = ("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda")
+    with pytest.raises(EgpoConfigError, match=rf"{re.escape(message)}.*\+\+algorithm.entropy_source=actor") as err:
+        checks(smoke(*base, override))
+    [fix] = err.value.fixes
+    checks(smoke(*base, override, *fix))
+
+
+def test_the_model_runner_egpo_does_not_patch_is_refused_at_start_up(installed_vllm, monkeypatch):
+    installed_vllm("0.24.0")
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(EgpoConfigError, match="VLLM_USE_V2_MODEL_RUNNER=1.*unset it"):
+        checks(smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))
 
 
 @pytest.mark.parametrize("override, message", [
@@ -286,9 +338,10 @@ def test_a_users_multi_turn_config_gets_egpo_by_overrides():
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 @pytest.mark.parametrize("source", ["actor", "rollout"])
 @pytest.mark.parametrize("bypass", ["false", "true"])
-def test_every_suggested_fix_passes_the_whole_config(engine, source, bypass):
+def test_every_suggested_fix_passes_the_whole_config(installed_vllm, engine, source, bypass):
     """A refusal's fixes account for the whole config: each offered alternative, pasted, passes every check (vllm
     with bypass mode once led from one refusal to the other and back)."""
+    installed_vllm("0.24.0")
     base = ("trainer.device=cuda", f"actor_rollout_ref.rollout.name={engine}", f"algorithm.entropy_source={source}",
             f"algorithm.rollout_correction.bypass_mode={bypass}")
     try:
@@ -299,7 +352,7 @@ def test_every_suggested_fix_passes_the_whole_config(engine, source, bypass):
             assert " ".join(fix) in str(err)
             checks(smoke(*base, *fix))
     else:
-        assert not (source == "actor" and bypass == "true") and not (source == "rollout" and engine == "vllm")
+        assert not (source == "actor" and bypass == "true")
 
 
 def test_stack_refusals_name_their_fix(monkeypatch):

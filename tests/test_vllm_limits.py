@@ -14,7 +14,17 @@ def rollout(**values):
 def test_plain_settings_pass():
     assert unsupported_settings(rollout(), environ={}) == []
     assert unsupported_settings(rollout(engine_kwargs={"vllm": {"max_logprobs": 20}}), environ={
-        "VLLM_USE_V2_MODEL_RUNNER": "0"}) == []
+        "VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_PLUGINS": "lora_resolver,egpo_rollout_entropy"}) == []
+
+
+def test_the_plugin_name_is_egpos_entry_point():
+    import tomllib
+    from pathlib import Path
+
+    from egpo.rollout.vllm.limits import PLUGIN_NAME
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["vllm.general_plugins"] == {PLUGIN_NAME: "egpo.rollout.vllm.plugin:load"}
 
 
 @pytest.mark.parametrize("values, environ, fix", [
@@ -25,6 +35,8 @@ def test_plain_settings_pass():
     ({"pipeline_model_parallel_size": 2}, {}, "use 1"),
     ({"disaggregation": {"enabled": True}}, {}, "actor_rollout_ref.rollout.disaggregation.enabled=false"),
     ({}, {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "VLLM_USE_V2_MODEL_RUNNER=0"),
+    ({}, {"VLLM_PLUGINS": "lora_resolver"}, "VLLM_PLUGINS=lora_resolver,egpo_rollout_entropy"),
+    ({}, {"VLLM_PLUGINS": ""}, "VLLM_PLUGINS=egpo_rollout_entropy"),
 ])
 def test_each_refusal_names_its_fix(values, environ, fix):
     with pytest.raises(UnsupportedVllmSettingError, match="rollout entropy from vLLM cannot be produced") as err:

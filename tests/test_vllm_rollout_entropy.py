@@ -56,7 +56,7 @@ def patched():
 def test_installed_version_is_supported_and_its_targets_have_their_shape():
     assert vllm.__version__ in SUPPORTED
     check_targets()
-    with pytest.raises(VllmPatchTargetError, match="needs vllm 0.12.0 or 0.24.0"):
+    with pytest.raises(VllmPatchTargetError, match="needs vllm 0.12.0, 0.24.0, 0.32.0"):
         vllm_targets("0.11.2")
 
 

@@ -105,3 +105,36 @@ def test_plugin_acts_only_for_an_engine_egpo_launched(monkeypatch):
     finally:
         sampler_patch.remove_sampler_patch()
     assert os.environ[ENV_VAR]
+
+
+def run_config(adv_estimator="egpo", source="rollout"):
+    return OmegaConf.create({"algorithm": {"adv_estimator": adv_estimator, "entropy_source": source},
+                             "actor_rollout_ref": {"rollout": {"name": "vllm"}}})
+
+
+def test_a_run_that_reads_the_rollout_entropy_gets_egpos_vllm_replica(monkeypatch):
+    """egpo's replica (serving egpo's server) where the run reads vLLM's entropy; verl's own everywhere else, in the
+    place where this verl chooses replicas (0.7.1: egpo's manager presets it; 0.9.1: verl's registry by name)."""
+    from verl.workers.rollout.replica import get_rollout_replica_class
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
+
+    from egpo.compat.rollout import MANAGER_OWNS_REPLICAS, prepare_manager, register_replicas, replica_class
+    from egpo.compat.versions import verl_version
+    from egpo.rollout.agent_loop import EntropyAgentLoopManager
+    from egpo.rollout.vllm.replica import EntropyvLLMReplica
+
+    assert EntropyvLLMReplica.__mro__[1] is vLLMReplica
+    monkeypatch.setattr(vLLMReplica, "__init__", lambda self, *args, **kwargs: None)
+    assert EntropyvLLMReplica().server_class.__ray_metadata__.modified_class.__name__ == "EntropyvLLMHttpServer"
+
+    for config, expected in ((run_config(), EntropyvLLMReplica), (run_config(source="actor"), vLLMReplica),
+                             (run_config(adv_estimator="grpo"), vLLMReplica)):
+        assert replica_class("vllm", config) is expected
+        if MANAGER_OWNS_REPLICAS[verl_version()]:
+            manager = EntropyAgentLoopManager.__new__(EntropyAgentLoopManager)
+            prepare_manager(manager, config)
+            assert manager.rollout_replica_class is expected
+        else:
+            register_replicas(config)
+            assert get_rollout_replica_class("vllm") is expected
+    register_replicas(run_config(source="actor"))  # leave verl's own loader in place

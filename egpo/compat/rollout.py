@@ -30,27 +30,46 @@ CT_SIGNATURES = {
     "verl.utils.tokenizer.continuous_token:ContinuousTokenBuilder.align_response_metadata":
         ("self", "merge_result", "response_mask", "response_logprobs", "assistant_logprobs"),
 }
-REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica",  # 0.9.1: names egpo adds to verl's registry
-              "sglang": "egpo.rollout.sglang.replica:EntropySGLangReplica"}
+# egpo's replica for each rollout name it serves (0.9.1: registered in verl's registry under that name)
+REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica",
+              "sglang": "egpo.rollout.sglang.replica:EntropySGLangReplica",
+              "vllm": "egpo.rollout.vllm.replica:EntropyvLLMReplica"}
+# served by egpo's replica only in a run that reads the rollout's entropy: any other run on vLLM keeps verl's own
+# replica (and any vLLM version verl accepts); hf and sglang are always egpo's under egpo's manager
+ONLY_FOR_ROLLOUT_ENTROPY = ("vllm",)
 
 
 class VerlRolloutShapeError(RuntimeError):
     pass
 
 
-def replica_class(rollout_name: str):
-    """egpo's replica for the names it serves (``hf``, ``sglang``), verl's for every other."""
-    if rollout_name == "hf":
-        from egpo.rollout.hf.replica import HFRolloutReplica
+def reads_rollout_entropy(config) -> bool:
+    from egpo.settings import EgpoSettings
 
-        return HFRolloutReplica
-    if rollout_name == "sglang":
-        from egpo.rollout.sglang.replica import EntropySGLangReplica
+    settings = EgpoSettings.from_algorithm(config.algorithm)
+    return settings.enabled and settings.entropy_source == "rollout"
 
-        return EntropySGLangReplica
-    from verl.workers.rollout.replica import get_rollout_replica_class
 
-    return get_rollout_replica_class(rollout_name)
+def served_replicas(config) -> dict[str, str]:
+    """The rollout names egpo's replicas serve in the run ``config`` describes (``None``: every name)."""
+    if config is None or reads_rollout_entropy(config):
+        return dict(REGISTERED)
+    return {name: target for name, target in REGISTERED.items() if name not in ONLY_FOR_ROLLOUT_ENTROPY}
+
+
+def _load_target(target: str):
+    import importlib
+
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def replica_class(rollout_name: str, config=None):
+    """egpo's replica for the names it serves in this run (:func:`served_replicas`), verl's for every other."""
+    target = served_replicas(config).get(rollout_name)
+    if target is not None:
+        return _load_target(target)
+    return verl_replica_class(rollout_name)
 
 
 def check_manager_extension_points(version: str | None = None) -> None:
@@ -76,25 +95,28 @@ def prepare_manager(manager, config) -> None:
     version = verl_version()
     check_manager_extension_points(version)
     if MANAGER_OWNS_REPLICAS[version]:
-        manager.rollout_replica_class = replica_class(config.actor_rollout_ref.rollout.name)
+        manager.rollout_replica_class = replica_class(config.actor_rollout_ref.rollout.name, config)
 
 
-def register_replicas() -> None:
-    """In the trainer's process, before its workers start (0.9.1: the replicas' owner resolves them by name)."""
+def register_replicas(config=None) -> None:
+    """In the trainer's process, before its workers start (0.9.1: the replicas' owner resolves them by name): egpo's
+    replicas for the names it serves in this run, verl's own loader back for the others."""
     if MANAGER_OWNS_REPLICAS[verl_version()]:
         return
-    import importlib
-
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    served = served_replicas(config)
     for name, target in REGISTERED.items():
-        module, _, attr = target.partition(":")
         verl_loader = RolloutReplicaRegistry._registry.get(name)
         if verl_loader is not None and getattr(verl_loader, "egpo_target", None) is None:
             _VERL_LOADERS[name] = verl_loader  # egpo's replica extends verl's: keep verl's own loader for it
+        if name not in served:
+            if name in _VERL_LOADERS:
+                RolloutReplicaRegistry.register(name, _VERL_LOADERS[name])
+            continue
 
-        def load(module=module, attr=attr):
-            return getattr(importlib.import_module(module), attr)
+        def load(target=target):
+            return _load_target(target)
 
         load.egpo_target = target
         RolloutReplicaRegistry.register(name, load)

@@ -20,9 +20,10 @@ from egpo.demo.tokenizer import build_tokenizer
 DATA_SOURCE = "egpo_demo_arithmetic"
 
 
-def build_model(out: Path, seed: int = 0, initializer_range: float = 0.02) -> Path:
+def build_model(out: Path, seed: int = 0, initializer_range: float = 0.02, head_dim: int = 16) -> Path:
     """``initializer_range`` 0.02 (transformers' default) gives near-uniform next-token distributions (entropy about
-    ln V everywhere); 0.5 gives a model whose per-token entropies span roughly 0-3 nats (a sharper test)."""
+    ln V everywhere); 0.5 gives a model whose per-token entropies span roughly 0-3 nats (a sharper test).
+    ``head_dim`` 32 suits vLLM's CPU attention (which needs >= 32); the hidden size stays 64."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -32,9 +33,9 @@ def build_model(out: Path, seed: int = 0, initializer_range: float = 0.02) -> Pa
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
+        num_attention_heads=64 // head_dim,
+        num_key_value_heads=max(1, 32 // head_dim),
+        head_dim=head_dim,
         max_position_embeddings=512,
         tie_word_embeddings=True,
         bos_token_id=None,

@@ -33,7 +33,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
     def __init__(self, config, *args, **kwargs):
         from egpo.compat.rollout import register_replicas
 
-        register_replicas()  # before init_workers: where this verl resolves replicas by name
+        register_replicas(config)  # before init_workers: where this verl resolves replicas by name
         super().__init__(config, *args, **kwargs)
         self.egpo = EgpoSettings.from_algorithm(config.algorithm)
         register_estimator()

@@ -45,7 +45,7 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
 
 def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> None:
     """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
-    into the batch); rollout.name=hf needs that manager too; sglang's entropy limits are checked here already."""
+    into the batch); rollout.name=hf needs that manager too; sglang's and vLLM's entropy limits are checked here already."""
     from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
 
     rollout = config.actor_rollout_ref.rollout
@@ -57,7 +57,7 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
         fixes = ((f"{ROLLOUT_NAME}=sglang",), actor)
         raise EgpoConfigError(
             f"algorithm.entropy_source=rollout, but {ROLLOUT_NAME}={name} returns no per-token entropy (egpo makes "
-            f"sglang return it on a GPU, and its hf server on a CPU). Fix: {fix_text(fixes)}.",
+            f"sglang and vLLM return it on a GPU, and its hf server on a CPU). Fix: {fix_text(fixes)}.",
             fixes,
         )
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
@@ -69,6 +69,8 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
             refuse_unsupported_settings(rollout)
         except UnsupportedRolloutSettingError as err:
             raise EgpoConfigError(str(err)) from None
+    if uses_ours and name == "vllm" and wants_rollout_entropy:
+        check_vllm_rollout_entropy(rollout, settings)
     if uses_ours:
         return
     if wants_rollout_entropy:
@@ -147,3 +149,18 @@ def check_cpu_backend(config: DictConfig) -> None:
         raise EgpoConfigError(
             "trainer.device=cpu needs: " + "; ".join(problems) + ". recipes/cpu_smoke.yaml sets all of these."
         )
+
+
+def check_vllm_rollout_entropy(rollout: DictConfig, settings: EgpoSettings) -> None:
+    """vLLM's rollout entropy: a vLLM version egpo patches, and no setting under which the entropy would be missing or
+    wrong (:mod:`egpo.rollout.vllm.limits`). Reads package metadata only: vLLM itself is imported by its server."""
+    from egpo.rollout.vllm.limits import UnsupportedVllmSettingError, refuse_unsupported_settings
+    from egpo.rollout.vllm.versions import VllmPatchTargetError, vllm_targets
+
+    actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
+    try:
+        vllm_targets()
+        refuse_unsupported_settings(rollout)
+    except (VllmPatchTargetError, UnsupportedVllmSettingError) as err:
+        raise EgpoConfigError(f"{str(err).rstrip('.')}. Or take the entropy from the actor: {fix_text((actor,))}",
+                              (actor,)) from None

@@ -1,4 +1,4 @@
-"""Rollout entropy from vLLM (0.12.0 and 0.24.0): born in the sampler, carried in vLLM's own log-prob path.
+"""Rollout entropy from vLLM (0.12.0 and 0.24.0, verl's; 0.32.0, the CPU build the engine test runs): born in the sampler, carried in vLLM's own log-prob path.
 
 * ``sampler_patch``: in the worker process, ``Sampler.sample`` takes the entropy of the logits as they enter
   sampling (after penalties, masks and bias, before temperature) and ``Sampler.forward`` appends it to the

@@ -10,11 +10,14 @@ rest goes to vLLM's own processing unchanged. ``RequestState._new_completion_out
 
 from __future__ import annotations
 
+from egpo.rollout.vllm.versions import patch_function
+
 ENTROPY_FIELD = "egpo_entropy"
 
 _state: dict = {"update": None, "new_output": None}
 
 
+@patch_function
 def entropy_update_sample_logprobs(self, logprobs_lists):
     ids, logprobs = logprobs_lists.logprob_token_ids, logprobs_lists.logprobs
     store = getattr(self, ENTROPY_FIELD, None)
@@ -25,6 +28,7 @@ def entropy_update_sample_logprobs(self, logprobs_lists):
     return _state["update"](self, logprobs_lists._replace(logprob_token_ids=ids[:, :-1], logprobs=logprobs[:, :-1]))
 
 
+@patch_function
 def entropy_new_completion_output(self, token_ids, finish_reason, stop_reason):
     from vllm.sampling_params import RequestOutputKind
 

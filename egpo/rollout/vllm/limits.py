@@ -14,6 +14,9 @@ SPECULATIVE = ("speculative decoding samples through vLLM's rejection sampler, w
                "token only, so most tokens would have no entropy")
 # the environment variable that selects vLLM's Model Runner V2 (its own sampler, which egpo does not patch)
 V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
+# vLLM's allow-list of plugins (comma-separated entry-point names; unset: all), and egpo's entry point (pyproject.toml)
+PLUGINS_VAR = "VLLM_PLUGINS"
+PLUGIN_NAME = "egpo_rollout_entropy"
 
 
 class UnsupportedVllmSettingError(ValueError):
@@ -54,6 +57,11 @@ def unsupported_settings(config, environ=None) -> list[str]:
         problems.append("actor_rollout_ref.rollout.disaggregation.enabled=true: the prefill server samples each "
                         "response's first token, and the decode server, which returns the response, has no entropy "
                         "for it; set actor_rollout_ref.rollout.disaggregation.enabled=false")
+    allowed = environ.get(PLUGINS_VAR)
+    if allowed is not None and PLUGIN_NAME not in allowed.split(","):
+        problems.append(f"{PLUGINS_VAR}={allowed}: vLLM loads only the plugins it names, so its workers would run "
+                        f"without egpo's sampler patch; add egpo's ({PLUGINS_VAR}={allowed + ',' if allowed else ''}"
+                        f"{PLUGIN_NAME}) or unset it")
     if str(environ.get(V2_RUNNER, "")).strip().lower() in ("1", "true"):
         problems.append(f"{V2_RUNNER}={environ[V2_RUNNER]}: vLLM's Model Runner V2 samples with its own sampler, which "
                         f"egpo does not patch; unset it (egpo runs vLLM's V1 model runner, {V2_RUNNER}=0)")

@@ -17,12 +17,14 @@ from __future__ import annotations
 import torch
 
 from egpo.rollout.entropy import EntropyOptions, token_entropy
+from egpo.rollout.vllm.versions import patch_function
 
 STASH = "_egpo_entropy"  # set by sample(), taken by forward() within one call
 
 _state: dict = {"forward": None, "sample": None, "options": EntropyOptions()}
 
 
+@patch_function
 def entropy_sample(self, logits, sampling_metadata, *args, **kwargs):
     options = _state["options"]
     temperature = sampling_metadata.temperature if options.temperature_scaled else None
@@ -31,6 +33,7 @@ def entropy_sample(self, logits, sampling_metadata, *args, **kwargs):
     return _state["sample"](self, logits, sampling_metadata, *args, **kwargs)
 
 
+@patch_function
 def entropy_forward(self, logits, sampling_metadata, *args, **kwargs):
     setattr(self, STASH, None)
     try:

