@@ -9,10 +9,11 @@ file's name is the arm and the seed is 0. A step's value is the mean over the ``
 
 Tables: per arm at each chosen step, mean and spread (standard deviation, min, max) over seeds; the paired
 per-seed difference of each arm from the baseline arm: mean, standard deviation, seeds where it is positive, a
-bootstrap 95% interval of the mean, the exact Wilcoxon signed-rank p-value and the seeds a paired test would need
-for 80% power (:mod:`egpo.significance`). ``report.csv`` holds those comparisons, one row per metric, step and arm
+bootstrap 95% interval of the mean, the exact Wilcoxon signed-rank p-value, that p-value Holm-adjusted over every
+comparison in the report (a summary at the top lists what is significant before and after), and the seeds a paired
+test would need for 80% power (:mod:`egpo.significance`). ``report.csv`` holds those comparisons, one row per metric, step and arm
 (``metric, step, arm, baseline, n_seeds, mean_diff, ci_low, ci_high, p_value``, then ``sd, seeds_positive,
-seeds_for_80pct_power, significant``). Plots: per metric, the mean over seeds per arm with the min-max band, and
+seeds_for_80pct_power, significant, p_holm, significant_holm``). Plots: per metric, the mean over seeds per arm with the min-max band, and
 the paired difference from the baseline with its bootstrap 95% band. Needs matplotlib (``pip install -e '.[report]'``).
 """
 
@@ -136,21 +137,34 @@ def comparisons(runs, metric: str, steps: list[int], window: int, baseline: str)
     return found
 
 
-def paired_table(found: list, baseline: str) -> list[str]:
-    """The table of :func:`comparisons`' results for one metric."""
+def paired_table(found: list, baseline: str, adjusted: list[float]) -> list[str]:
+    """The table of :func:`comparisons`' results for one metric; ``adjusted``: their Holm-adjusted p-values."""
     lines = [f"| arm - {baseline} | step | paired seeds | mean diff | std | seeds > 0 | 95% CI (bootstrap) | "
-             "p (signed-rank) | significant | seeds for 80% power |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for arm, step, c in found:
+             "p (signed-rank) | significant | p (Holm) | significant (Holm) | seeds for 80% power |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (arm, step, c), p_holm in zip(found, adjusted):
         power = "-" if c.seeds_for_80pct_power is None else str(c.seeds_for_80pct_power)
         lines.append(f"| {arm} | {step} | {c.n_seeds} | {_fmt(c.mean_diff)} | {_fmt(c.sd)} | "
                      f"{c.seeds_positive}/{c.n_seeds} | [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}] | {c.p_value:.3g} | "
-                     f"{'yes' if c.significant else 'no'} | {power} |")
+                     f"{'yes' if c.significant else 'no'} | {p_holm:.3g} | {'yes' if p_holm < 0.05 else 'no'} | "
+                     f"{power} |")
     return lines
 
 
+def holm_by_metric(found_by_metric: dict[str, list]) -> dict[str, list[float]]:
+    """Holm's adjustment over the report's whole family of comparisons (every metric, step and arm), per metric in
+    the order of ``found_by_metric``."""
+    from egpo.significance import holm
+
+    flat = holm([c.p_value for found in found_by_metric.values() for _, _, c in found])
+    out, start = {}, 0
+    for metric, found in found_by_metric.items():
+        out[metric], start = flat[start:start + len(found)], start + len(found)
+    return out
+
+
 CSV_COLUMNS = ("metric", "step", "arm", "baseline", "n_seeds", "mean_diff", "ci_low", "ci_high", "p_value",
-               "sd", "seeds_positive", "seeds_for_80pct_power", "significant")
+               "sd", "seeds_positive", "seeds_for_80pct_power", "significant", "p_holm", "significant_holm")
 
 
 def write_csv(found_by_metric: dict[str, list], baseline: str, out: Path) -> int:
@@ -158,16 +172,17 @@ def write_csv(found_by_metric: dict[str, list], baseline: str, out: Path) -> int
     Returns the rows written."""
     import csv
 
+    adjusted = holm_by_metric(found_by_metric)
     rows = 0
     with out.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
         for metric, found in found_by_metric.items():
-            for arm, step, c in found:
+            for (arm, step, c), p_holm in zip(found, adjusted[metric]):
                 writer.writerow([metric, step, arm, baseline, c.n_seeds, repr(c.mean_diff), repr(c.ci_low),
                                  repr(c.ci_high), repr(c.p_value), repr(c.sd), c.seeds_positive,
                                  "" if c.seeds_for_80pct_power is None else c.seeds_for_80pct_power,
-                                 int(c.significant)])
+                                 int(c.significant), repr(p_holm), int(p_holm < 0.05)])
                 rows += 1
     return rows
 
@@ -246,6 +261,25 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
     return drawn
 
 
+def significance_summary(found_by_metric: dict[str, list], adjusted: dict[str, list[float]], baseline: str) -> list[str]:
+    """Which differences from the baseline are significant, before and after Holm's correction."""
+    total = sum(len(found) for found in found_by_metric.values())
+    raw, kept = [], []
+    for metric, found in found_by_metric.items():
+        for (arm, step, c), p_holm in zip(found, adjusted[metric]):
+            if c.significant:
+                item = f"`{metric}` {arm} step {step} ({_fmt(c.mean_diff)}, p={c.p_value:.3g})"
+                raw.append(item)
+                if p_holm < 0.05:
+                    kept.append(f"{item[:-1]}, Holm p={p_holm:.3g})")
+    lines = ["## Significance", "",
+             f"{total} paired comparisons with `{baseline}` (every metric, step and arm below). Significant at 5% "
+             f"by the signed-rank test: {len(raw)}" + (f" ({'; '.join(raw)})" if raw else "") + f". At 5% chance "
+             f"alone would give about {0.05 * total:.1f} of {total}. After Holm's correction over all {total}: "
+             + (f"{len(kept)} ({'; '.join(kept)})" if kept else "none") + ".", ""]
+    return lines
+
+
 def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo") -> Path:
     runs = load_runs(root)
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
@@ -253,25 +287,30 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     lines = [f"# EGPO ablation report: {root}", "",
              f"Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
              f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
-    found_by_metric: dict[str, list] = {}
-    for metric, title in METRICS.items():
-        if not any(metric in m for seeds in runs.values() for series in seeds.values() for m in series.values()):
-            continue
+    present = [metric for metric in METRICS
+               if any(metric in m for seeds in runs.values() for series in seeds.values() for m in series.values())]
+    compared = baseline in runs and len(runs) > 1
+    found_by_metric = {metric: comparisons(runs, metric, steps, window, baseline) for metric in present} \
+        if compared else {}
+    adjusted = holm_by_metric(found_by_metric)
+    if compared:
+        lines += significance_summary(found_by_metric, adjusted, baseline)
+    for metric in present:
+        title = METRICS[metric]
         lines += [f"## {title} (`{metric}`)", ""]
         png = root / f"{metric.replace('/', '_')}.png"
         if plot(runs, metric, title, png, window):
             lines += [f"![{title}]({png.name})", ""]
         lines += summary_table(runs, metric, steps, window) + [""]
-        if baseline in runs and len(runs) > 1:
+        if compared:
             lines += [f"Paired per-seed differences from `{baseline}` (95% bootstrap interval of the mean; exact "
-                      "Wilcoxon signed-rank p-value, significant below 0.05; seeds a paired test would need to see "
-                      "this difference at 80% power):", ""]
+                      "Wilcoxon signed-rank p-value, significant below 0.05, and Holm-adjusted over every comparison "
+                      "in this report; seeds a paired test would need to see this difference at 80% power):", ""]
             diff_png = root / f"{metric.replace('/', '_')}_diff.png"
             if plot_differences(runs, metric, title, diff_png, window, baseline):
                 lines += [f"![{title}, difference from {baseline}]({diff_png.name})", ""]
-            found_by_metric[metric] = comparisons(runs, metric, steps, window, baseline)
-            lines += paired_table(found_by_metric[metric], baseline) + [""]
-    if baseline in runs and len(runs) > 1:
+            lines += paired_table(found_by_metric[metric], baseline, adjusted[metric]) + [""]
+    if compared:
         rows = write_csv(found_by_metric, baseline, root / "report.csv")
         lines += [f"`report.csv`: the {rows} paired comparisons above, one row per metric, step and arm.", ""]
     report = root / "report.md"

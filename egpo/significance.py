@@ -8,6 +8,7 @@ same differences give the same interval.
 * :func:`wilcoxon_signed_rank_p` - two-sided exact p-value of the signed-rank statistic, zeros dropped (Wilcoxon's
   convention), tied magnitudes given their average rank; the null distribution is enumerated exactly over the
   2^n sign assignments by dynamic programming on (doubled, so integer) ranks.
+* :func:`holm` - Holm's adjustment of a family of p-values (every metric, step and arm of a report).
 * :func:`seeds_for_power` - seeds for a paired test at level ``alpha`` to detect the observed mean difference with
   ``power``, from the observed spread: Guenther's approximation to the paired t-test,
   n = ((z_{1-alpha/2} + z_{power}) / d)^2 + z_{1-alpha/2}^2 / 2 with d = |mean| / sd.
@@ -75,12 +76,25 @@ def wilcoxon_signed_rank_p(diffs) -> float:
 def seeds_for_power(mean_diff: float, sd: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """Seeds a paired test would need to detect ``mean_diff`` at this spread; None when undefined (no difference
     or no spread measured)."""
-    if not (math.isfinite(mean_diff) and math.isfinite(sd)) or mean_diff == 0.0 or sd <= 0.0:
-        return None
+    if not (math.isfinite(mean_diff) and math.isfinite(sd)) or sd <= 0.0 or abs(mean_diff) <= 1e-12 * sd:
+        return None  # no difference (a mean at rounding level of the spread is none) or no spread measured
     z_alpha = NormalDist().inv_cdf(1.0 - alpha / 2.0)
     z_power = NormalDist().inv_cdf(power)
     effect = abs(mean_diff) / sd
     return max(2, math.ceil(((z_alpha + z_power) / effect) ** 2 + z_alpha ** 2 / 2.0))
+
+
+def holm(p_values) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (in their order): the k-th smallest becomes
+    max over j <= k of min(1, (m - j + 1) p_(j)); an adjusted value below ``alpha`` keeps the family-wise error
+    rate at ``alpha``."""
+    values = [float(p) for p in p_values]
+    order = sorted(range(len(values)), key=values.__getitem__)
+    adjusted, running = [0.0] * len(values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(values) - rank) * values[index]))
+        adjusted[index] = running
+    return adjusted
 
 
 @dataclass(frozen=True)

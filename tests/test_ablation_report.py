@@ -30,7 +30,9 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     assert "| egpo_actor | 2 | 3 | 3.667 |" in report
     # paired: +0.5, 0, +1.5 -> mean 0.6667, positive in 2 of 3 seeds; the signed-rank test on the two non-zero
     # differences (ranks 1, 2, both +): every sign flip is at most as extreme only for ++ and --: p = 2/4 = 0.5
-    assert "| egpo_actor | 2 | 3 | 0.6667 | 0.7638 | 2/3 | [0, 1.5] | 0.5 | no |" in report
+    assert "| egpo_actor | 2 | 3 | 0.6667 | 0.7638 | 2/3 | [0, 1.5] | 0.5 | no | 0.5 | no |" in report
+    # the one comparison is the whole family: Holm leaves it as it is
+    assert "1 paired comparisons with `grpo`" in report and "After Holm's correction over all 1: none." in report
     assert (tmp_path / "egpo_cot_entropy_mean.png").stat().st_size > 1000
     assert (tmp_path / "egpo_cot_entropy_mean_diff.png").stat().st_size > 1000
     import csv
@@ -42,6 +44,7 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     assert row["arm"] == "egpo_actor" and row["baseline"] == "grpo" and row["n_seeds"] == "3"
     assert float(row["mean_diff"]) == pytest.approx(2 / 3) and float(row["p_value"]) == pytest.approx(0.5)
     assert float(row["ci_low"]) <= float(row["mean_diff"]) <= float(row["ci_high"])
+    assert float(row["p_holm"]) == pytest.approx(0.5) and row["significant_holm"] == "0"
     # critic/score/mean exists in grpo only: nothing to pair, no row
     assert not [r for r in rows if r["metric"] == "critic/score/mean"]
     # a 2-step window averages steps 1 and 2
@@ -106,3 +109,16 @@ def test_every_arm_composes_to_the_variant_its_name_says():
         assert settings.span == ("response" if "respspan" in arm else "cot"), arm
         assert settings.entropy_source == ("rollout" if "rollout" in arm else "actor"), arm
         assert settings.bypass_mode == arm.endswith("bypass")
+
+
+def test_the_summary_names_what_survives_holms_correction(tmp_path):
+    """12 seeds: the CoT entropy is higher in every seed (exact p = 2/2^12), the reward differs by alternating signs;
+    Holm over the 2 comparisons doubles the smallest p-value, which stays significant."""
+    for seed in range(12):
+        write_run(tmp_path / f"grpo__seed{seed}.jsonl", [(1, {"egpo/cot_entropy_mean": 0.5, "critic/score/mean": 0.5})])
+        write_run(tmp_path / f"egpo_rollout__seed{seed}.jsonl",
+                  [(1, {"egpo/cot_entropy_mean": 0.6 + 0.01 * seed, "critic/score/mean": 0.5 + (-1) ** seed * 0.1})])
+    report = write_report(tmp_path, steps=[1], window=1).read_text()
+    assert "2 paired comparisons with `grpo`" in report
+    assert ("After Holm's correction over all 2: 1 (`egpo/cot_entropy_mean` egpo_rollout step 1 (0.155, "
+            "p=0.000488, Holm p=0.000977))") in report

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from egpo.significance import bootstrap_ci, compare, seeds_for_power, wilcoxon_signed_rank_p
+from egpo.significance import bootstrap_ci, compare, holm, seeds_for_power, wilcoxon_signed_rank_p
 
 
 def brute_force_signed_rank_p(diffs) -> float:
@@ -71,6 +71,30 @@ def test_seeds_for_power_hand_worked():
     # d = 0.5: 31.40 + 1.92 -> 34
     assert seeds_for_power(-0.5, 1.0) == 34
     assert seeds_for_power(0.0, 1.0) is None and seeds_for_power(1.0, 0.0) is None
+    # a mean at rounding level (differences that cancel exactly, summed in floating point) is no difference
+    assert seeds_for_power(-9.25e-18, 0.0166) is None and seeds_for_power(1e-6, 0.0166) is not None
+
+
+def test_holm_hand_worked():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept monotone: 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == [] and holm([0.2]) == [0.2]
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30))
+def test_holm_against_its_step_down_definition(p_values):
+    """A family member is rejected at level a by Holm's procedure iff its adjusted p-value is below a."""
+    adjusted = holm(p_values)
+    m = len(p_values)
+    for a in (0.01, 0.05, 0.2):
+        order = sorted(range(m), key=p_values.__getitem__)
+        rejected = set()
+        for rank, index in enumerate(order):  # step down: stop at the first that fails its threshold
+            if (m - rank) * p_values[index] > a:
+                break
+            rejected.add(index)
+        assert {i for i in range(m) if adjusted[i] <= a} == rejected
+    assert all(p <= q <= 1.0 for p, q in zip(p_values, adjusted))
 
 
 def test_compare_combines_them():
