@@ -25,12 +25,15 @@ Arms (egpo_lambda and the rest come from the config and your overrides):
     egpo_token_{actor,rollout}          egpo_granularity=token: a bonus per token (Cheng et al.)
     egpo_respspan_{actor,rollout}       egpo_span=response: the entropy of every response token
     egpo_token_respspan_{actor,rollout} both
+    <arm>_vllm           any arm above with vLLM as the rollout engine (actor_rollout_ref.rollout.name=vllm)
 
 Arm sets: ``--arms sources`` (the default: grpo egpo_actor egpo_rollout egpo_rollout_bypass) compares where the
 entropy comes from; ``--arms estimators`` (grpo egpo_rollout egpo_token_rollout egpo_respspan_rollout) compares
-the estimator family on the rollout's entropy.
+the estimator family on the rollout's entropy; ``--arms vllm_sources`` is ``sources`` rolled out by vLLM;
+``--arms engines`` (egpo_rollout egpo_rollout_vllm) compares EGPO on sglang's and vLLM's rollout entropy (report it
+with ``--baseline egpo_rollout``).
 
-A seed sets the rollout's sampling seed (HF server and sglang) and the data order.
+A seed sets the rollout's sampling seed (HF server, sglang, vLLM's engine seed) and the data order.
 """
 
 from __future__ import annotations
@@ -51,15 +54,23 @@ VARIANTS = {  # name part -> overrides: EGPO's granularity and span (algorithm.e
     "respspan_": ("algorithm.egpo_span=response",),
     "token_respspan_": ("algorithm.egpo_granularity=token", "algorithm.egpo_span=response"),
 }
-ARMS = {
+ENGINES = {  # name suffix -> overrides: the rollout engine (none: the config's own)
+    "": (),
+    "_vllm": ("actor_rollout_ref.rollout.name=vllm",),
+}
+_ESTIMATOR_ARMS = {
     "grpo": (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["actor"]),
     **{f"egpo_{variant}{source}": (ESTIMATOR, *overrides, SOURCE[source])
        for variant, overrides in VARIANTS.items() for source in SOURCE},
     "egpo_rollout_bypass": (ESTIMATOR, SOURCE["rollout"], "algorithm.rollout_correction.bypass_mode=true"),
 }
+ARMS = {f"{arm}{suffix}": (*overrides, *engine)
+        for suffix, engine in ENGINES.items() for arm, overrides in _ESTIMATOR_ARMS.items()}
 ARM_SETS = {  # names --arms also takes
     "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass"),
     "estimators": ("grpo", "egpo_rollout", "egpo_token_rollout", "egpo_respspan_rollout"),
+    "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"),
+    "engines": ("egpo_rollout", "egpo_rollout_vllm"),
 }
 DEFAULT_ARMS = ARM_SETS["sources"]
 
@@ -76,6 +87,7 @@ METRICS_FILE = "metrics.jsonl"
 def seed_overrides(seed: int) -> tuple[str, ...]:
     return (f"actor_rollout_ref.rollout.custom.seed={seed}",
             f"++actor_rollout_ref.rollout.engine_kwargs.sglang.random_seed={seed}",
+            f"++actor_rollout_ref.rollout.engine_kwargs.vllm.seed={seed}",
             f"++data.seed={seed}")
 
 

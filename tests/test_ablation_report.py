@@ -95,6 +95,8 @@ def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
 def test_every_arm_composes_to_the_variant_its_name_says():
     from hydra import compose, initialize_config_module
 
+    from omegaconf import OmegaConf
+
     from egpo.ablation import ARM_SETS, ARMS, expand_arms
     from egpo.settings import EgpoSettings
 
@@ -104,11 +106,15 @@ def test_every_arm_composes_to_the_variant_its_name_says():
             cfg = compose(config_name="egpo_trainer", overrides=list(overrides))
         settings = EgpoSettings.from_algorithm(cfg.algorithm)
         assert settings.enabled
-        assert (settings.egpo_lambda == 0) == (arm == "grpo")
+        assert (settings.egpo_lambda == 0) == (arm.removesuffix("_vllm") == "grpo")
         assert settings.granularity == ("token" if "_token" in arm else "response"), arm
         assert settings.span == ("response" if "respspan" in arm else "cot"), arm
         assert settings.entropy_source == ("rollout" if "rollout" in arm else "actor"), arm
-        assert settings.bypass_mode == arm.endswith("bypass")
+        assert settings.bypass_mode == arm.removesuffix("_vllm").endswith("bypass")
+        name = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", throw_on_missing=False)
+        assert (name == "vllm") == arm.endswith("_vllm"), arm
+    assert all(arm in ARMS for arms in ARM_SETS.values() for arm in arms)
+    assert {arm.removesuffix("_vllm") for arm in ARM_SETS["vllm_sources"]} == set(ARM_SETS["sources"])
 
 
 def test_the_summary_names_what_survives_holms_correction(tmp_path):

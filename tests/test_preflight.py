@@ -162,3 +162,26 @@ def test_start_up_runs_the_cheap_checks_before_ray(demo, workdir, monkeypatch, t
     monkeypatch.chdir(tmp_path)
     with pytest.raises(EgpoConfigError, match="math_train.parquet not found; python -m egpo.data math"):
         prepare_config(composed("qwen3_1.7b", overrides_for("qwen3_1.7b", demo)))
+
+
+@pytest.mark.parametrize("arm", ["grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"])
+def test_the_vllm_arms_of_the_gpu_recipes_pass_the_preflight(arm, demo, workdir, monkeypatch):
+    """Each vLLM arm with a seed's overrides, as the ablation runs it, where a vLLM egpo patches is installed."""
+    from egpo.ablation import ARM_SETS, ARMS, seed_overrides
+    from egpo.rollout.vllm import versions
+
+    assert arm in ARM_SETS["vllm_sources"]
+    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.24.0")
+    status, lines = qwen3(workdir, demo, monkeypatch, *ARMS[arm], *seed_overrides(3))
+    assert status == 0, findings_text(lines)
+
+
+def test_a_vllm_arm_that_reads_rollout_entropy_without_vllm_is_refused(demo, workdir, monkeypatch):
+    from egpo.ablation import ARMS
+    from egpo.rollout.vllm import versions
+
+    monkeypatch.setattr(versions, "installed_vllm", lambda: None)
+    status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["egpo_rollout_vllm"])
+    assert status != 0 and "vllm is not installed" in findings_text(lines)
+    status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["egpo_actor_vllm"])  # verl's own vLLM replica: no refusal
+    assert status == 0, findings_text(lines)
