@@ -13,11 +13,12 @@ hidden 1024), fp32, built locally. Needs sglang's CPU install (README, "sglang o
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from decode_models import build_bench_model, decode_bench_arguments
 
 # egpo's process entries first: they install the CPU stand-ins before anything imports sglang
 from egpo.rollout.sglang.process_entries import (
@@ -29,10 +30,6 @@ from egpo.rollout.sglang.process_entries import (
 )
 
 TIMINGS_KEY = "egpo_bench_decode_timings"
-
-QWEN3_06B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
-
 
 def run_scheduler_with_timers(*args, **kwargs):
     """Bench-only scheduler entry (runs in the spawned scheduler process): egpo's, plus timers."""
@@ -80,21 +77,6 @@ def run_scheduler_with_timers(*args, **kwargs):
     return scheduler_entry()(*args, **kwargs)  # egpo's entry for this sglang (0.5.12: its plugin patches)
 
 
-def build_model(out: Path, name: str) -> Path:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from egpo.demo.build import build_model as build_demo_model
-
-    if name == "demo":
-        return build_demo_model(out, initializer_range=0.5)
-    config = Qwen3Config(**QWEN3_06B_SHAPE, max_position_embeddings=512, eos_token_id=2, pad_token_id=0,
-                         bos_token_id=None, torch_dtype="float32")
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(out)
-    return out
-
-
 def measure(model_dir: Path, batches: list[int], new_tokens: int) -> dict[int, tuple[float, float, int]]:
     import sglang
 
@@ -124,11 +106,7 @@ def measure(model_dir: Path, batches: list[int], new_tokens: int) -> dict[int, t
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["demo", "qwen3-0.6b"], choices=["demo", "qwen3-0.6b"])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
-    parser.add_argument("--new-tokens", type=int, default=8)
-    args = parser.parse_args()
+    args = decode_bench_arguments(__doc__)
     from egpo.rollout.sglang.versions import installed_sglang
 
     print(f"sglang {installed_sglang()} Engine on the CPU, fp32, {args.new_tokens} new tokens per request, overlap off; "
@@ -137,7 +115,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            model_dir = build_model(Path(tmp) / name, name)
+            model_dir = build_bench_model(Path(tmp) / name, name)
             for bs, (entropy_s, step_s, steps) in sorted(measure(model_dir, args.batches, args.new_tokens).items()):
                 print(f"| {name} | {bs} | {steps} | {step_s / steps * 1e3:.1f} | {entropy_s / steps * 1e3:.2f} | "
                       f"{entropy_s / step_s:.2%} |", flush=True)

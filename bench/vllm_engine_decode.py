@@ -14,35 +14,13 @@ tokenizer is loaded.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-QWEN3_06B_SHAPE = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
-
-
-def build_qwen3_06b_shape(out: Path) -> Path:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(**QWEN3_06B_SHAPE, max_position_embeddings=512, torch_dtype="float32", bos_token_id=None,
-                         eos_token_id=0, pad_token_id=0)
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(out)
-    return out
-
-
-def build(name: str, root: Path) -> Path:
-    if name == "demo":
-        from egpo.demo.build import build_model
-
-        return build_model(root / "demo", seed=3, initializer_range=0.5, head_dim=32)
-    return build_qwen3_06b_shape(root / "qwen3-0.6b")
-
+from decode_models import build_bench_model, decode_bench_arguments
 
 class Timers:
     """Entropy time and step time of the engine core's steps (this process: the engine runs in-process)."""
@@ -112,11 +90,7 @@ def measure(model: Path, batches: list[int], new_tokens: int) -> list[tuple[int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["demo", "qwen3-0.6b"], choices=["demo", "qwen3-0.6b"])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
-    parser.add_argument("--new-tokens", type=int, default=8)
-    args = parser.parse_args()
+    args = decode_bench_arguments(__doc__)
     import multiprocessing
 
     import torch
@@ -139,7 +113,8 @@ def main() -> None:
 
 
 def _measure_one(name: str, tmp: str, batches: list[int], new_tokens: int):
-    return measure(build(name, Path(tmp)), batches, new_tokens)
+    model = build_bench_model(Path(tmp) / name, name, seed=3, head_dim=32)  # vLLM's CPU attention: head size >= 32
+    return measure(model, batches, new_tokens)
 
 
 if __name__ == "__main__":
