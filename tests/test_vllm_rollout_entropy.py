@@ -190,3 +190,21 @@ def test_front_end_takes_the_column_off_and_attaches_the_entropy(frontend, kind)
             pytest.approx(np.concatenate(logprob_lists).tolist())
         assert all(len(p) == 1 for p in final.logprobs)
     assert processor.request_states == {}  # nothing per request left once it finished
+
+
+@pytest.mark.parametrize("order", ["sampler_first", "frontend_first"])
+def test_both_patches_in_one_process_in_either_order(order):
+    """A one-process engine (or a front end that also loads the plugin) holds both patches: each guard checks vLLM's
+    own targets, not egpo's wrappers already in place."""
+    patches = [lambda: sampler_patch.apply_sampler_patch(EntropyOptions()), frontend_patch.apply_frontend_patch]
+    try:
+        for apply in patches if order == "sampler_first" else patches[::-1]:
+            apply()
+        check_targets()
+    finally:
+        sampler_patch.remove_sampler_patch()
+        frontend_patch.remove_frontend_patch()
+    from vllm.v1.sample.sampler import Sampler
+
+    assert Sampler.forward is not sampler_patch.entropy_forward
+    check_targets()
