@@ -1,8 +1,8 @@
-"""Rollout settings under which vLLM (0.12.0, 0.24.0) would return no, or wrong, per-token entropy.
+"""Rollout settings under which vLLM would return no, or wrong, per-token entropy.
 
-Checked by egpo's vLLM server before vLLM launches (and meant for the start-up checks). No vLLM import here. verl
-passes ``engine_kwargs.vllm`` to vLLM's engine arguments, so the same settings are refused there, each with the key
-to remove.
+Checked before Ray starts (:mod:`egpo.trainer.startup_checks`) and again by egpo's vLLM server before vLLM launches
+(in the server's own environment). No vLLM import here. verl passes ``engine_kwargs.vllm`` to vLLM's engine
+arguments, so the same settings are refused there, each with the key to remove.
 """
 
 from __future__ import annotations
