@@ -85,3 +85,19 @@ def egpo_tokens_ref(rewards, mask, index, entropy, responses, lam, alpha, start_
             row = [a + lam * min(max(h, -bound), bound) if r and math.isfinite(h) else a for h, r in zip(values, reads)]
         out.append([v if m else 0.0 for v, m in zip(row, mask[i])])
     return out
+
+
+def entropy_rows_ref(logits, temperature=None, top_k: int = 0) -> list[float]:
+    """Float64 entropy of each row of ``logits`` from the definition (-inf entries contribute 0). ``temperature``:
+    None (raw logits) or one value per row (0 = greedy: the raw row); ``top_k`` > 0: the k largest, renormalized."""
+    import torch
+
+    out = []
+    for i, row in enumerate(logits.double()):
+        if temperature is not None and temperature[i] > 0:
+            row = row / temperature[i]
+        if top_k:
+            row = torch.topk(row, top_k).values
+        p = torch.softmax(row, dim=0)
+        out.append(-sum(float(q) * math.log(float(q)) for q in p if q > 0))
+    return out

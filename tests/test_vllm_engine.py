@@ -10,7 +10,6 @@ without verl's test configuration: ``python -m pytest -q --noconftest tests/test
 
 from __future__ import annotations
 
-import math
 import os
 from importlib import metadata
 
@@ -23,6 +22,7 @@ except metadata.PackageNotFoundError:
                 allow_module_level=True)
 
 import torch  # noqa: E402
+from reference import entropy_rows_ref  # noqa: E402
 
 from egpo.rollout.engine_options import ENV_VAR, export_options  # noqa: E402
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
@@ -30,18 +30,6 @@ from egpo.rollout.vllm import frontend_patch, sampler_patch, versions  # noqa: E
 
 PROMPTS = [[5, 9, 14, 22, 31], [40, 41, 42], [7, 7, 8, 9, 10, 11, 12]]
 MAX_TOKENS = 12
-
-
-def entropy64(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0) -> list[float]:
-    out = []
-    for row in logits.double():
-        if temperature > 0:
-            row = row / temperature
-        if top_k:
-            row = torch.topk(row, top_k).values
-        p = torch.softmax(row, dim=0)
-        out.append(-sum(float(q) * math.log(float(q)) for q in p if q > 0))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +96,7 @@ def test_entropy_per_token_against_float64(llm, hf_model, temperatures):
         tokens = list(out.token_ids)
         entropy = getattr(out, frontend_patch.ENTROPY_FIELD)
         assert len(tokens) == MAX_TOKENS and len(entropy) == len(tokens)
-        expected = entropy64(reference_logits(hf_model, prompt, tokens))
+        expected = entropy_rows_ref(reference_logits(hf_model, prompt, tokens))
         assert entropy == pytest.approx(expected, abs=2e-4)
         assert len(out.logprobs) == len(tokens) and all(len(step) == 1 for step in out.logprobs)  # vLLM's own
 
@@ -124,7 +112,8 @@ def test_entropy_options_on_the_engine(llm, hf_model, options):
         sampler_patch._state["options"] = EntropyOptions()
     for prompt, t, out in zip(PROMPTS, temperatures, outputs):
         logits = reference_logits(hf_model, prompt, list(out.token_ids))
-        expected = entropy64(logits, temperature=t if options.temperature_scaled else 0.0, top_k=options.top_k)
+        temperature = [t] * len(logits) if options.temperature_scaled else None
+        expected = entropy_rows_ref(logits, temperature, top_k=options.top_k)
         assert getattr(out, frontend_patch.ENTROPY_FIELD) == pytest.approx(expected, abs=2e-4)
 
 

@@ -4,7 +4,6 @@ engine-core message, and the front end's log-prob processing into the request ou
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ pytestmark = pytest.mark.vllm
 vllm = require_vllm()
 
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from reference import entropy_rows_ref  # noqa: E402
 from egpo.rollout.vllm import frontend_patch, sampler_patch  # noqa: E402
 from egpo.rollout.vllm.versions import SUPPORTED, VllmPatchTargetError, check_targets, vllm_targets  # noqa: E402
 
@@ -22,16 +22,7 @@ V = 50
 
 
 def entropy64(logits: torch.Tensor, temperature=None, top_k: int = 0) -> torch.Tensor:
-    """Float64 reference, row by row from the definition (-inf entries contribute 0)."""
-    out = []
-    for i, row in enumerate(logits.double()):
-        if temperature is not None and temperature[i] > 0:
-            row = row / temperature[i]
-        if top_k:
-            row = torch.topk(row, top_k).values
-        p = torch.softmax(row, dim=0)
-        out.append(-sum(float(q) * math.log(float(q)) for q in p if q > 0))
-    return torch.tensor(out, dtype=torch.float64)
+    return torch.tensor(entropy_rows_ref(logits, temperature, top_k), dtype=torch.float64)
 
 
 def batch_logits(seed: int = 0, rows: int = 6) -> torch.Tensor:
