@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS],
-                        help="arms or arm sets (sources, estimators)")
+                        help=f"arms or arm sets ({', '.join(ARM_SETS)})")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", required=True, type=Path)

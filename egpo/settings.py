@@ -72,6 +72,11 @@ class EgpoSettings:
         return ENTROPY_KEY_BY_SOURCE[self.entropy_source]
 
     @property
+    def reads_rollout_entropy(self) -> bool:
+        """The advantage reads the rollout engine's entropy (the batch must carry ``rollout_entropy``)."""
+        return self.enabled and self.entropy_source == "rollout"
+
+    @property
     def variant(self) -> str:
         """Which estimator runs, in words (start-up log)."""
         if not self.enabled:

@@ -43,16 +43,11 @@ class VerlRolloutShapeError(RuntimeError):
     pass
 
 
-def reads_rollout_entropy(config) -> bool:
-    from egpo.settings import EgpoSettings
-
-    settings = EgpoSettings.from_algorithm(config.algorithm)
-    return settings.enabled and settings.entropy_source == "rollout"
-
-
 def served_replicas(config) -> dict[str, str]:
     """The rollout names egpo's replicas serve in the run ``config`` describes (``None``: every name)."""
-    if config is None or reads_rollout_entropy(config):
+    from egpo.settings import EgpoSettings
+
+    if config is None or EgpoSettings.from_algorithm(config.algorithm).reads_rollout_entropy:
         return dict(REGISTERED)
     return {name: target for name, target in REGISTERED.items() if name not in ONLY_FOR_ROLLOUT_ENTROPY}
 

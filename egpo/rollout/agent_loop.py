@@ -91,11 +91,6 @@ def canonical_sample_order(inputs, non_tensor_batch) -> list:
     return ordered
 
 
-def _entropy_required(config) -> bool:
-    settings = EgpoSettings.from_algorithm(config.algorithm)
-    return settings.enabled and settings.entropy_source == "rollout"
-
-
 TOOL_AGENT = "tool_agent"
 TOOL_AGENT_TARGET = "egpo.rollout.tool_agent_loop.EntropyToolAgentLoop"
 
@@ -123,9 +118,8 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
 
     def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):
         inputs = canonical_sample_order(inputs, input_non_tensor_batch)
-        entropy = collect_rollout_entropy(
-            inputs, self.rollout_config.response_length, required=_entropy_required(self.config)
-        )
+        required = EgpoSettings.from_algorithm(self.config.algorithm).reads_rollout_entropy
+        entropy = collect_rollout_entropy(inputs, self.rollout_config.response_length, required=required)
         output = super()._postprocess(inputs, input_non_tensor_batch=input_non_tensor_batch, **kwargs)
         if entropy is not None:
             output.batch[ROLLOUT_ENTROPY] = entropy

@@ -50,7 +50,7 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
 
     rollout = config.actor_rollout_ref.rollout
     name = _rollout_name(config)
-    wants_rollout_entropy = settings.enabled and settings.entropy_source == "rollout"
+    wants_rollout_entropy = settings.reads_rollout_entropy
     if wants_rollout_entropy and name is not None and name not in ENTROPY_ROLLOUTS:
         # actor entropy needs the recompute that bypass mode skips: then that fix turns bypass mode off too
         actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
