@@ -2,8 +2,8 @@
 
 Before vLLM launches, the server refuses settings where per-token entropy would be missing or wrong
 (:mod:`egpo.rollout.vllm.limits`), checks every patch target of the installed vLLM, exports the entropy options and
-the model runner's environment (:mod:`egpo.rollout.vllm.versions`) for vLLM's processes (where egpo's ``vllm.general_plugins`` entry point applies the sampler patch) and applies the
-front-end patch in its own process. verl's own ``generate`` runs unchanged: each request is sent with log probs on
+the model runner's environment (:mod:`egpo.rollout.vllm.versions`) for vLLM's processes (where egpo's
+``vllm.general_plugins`` entry point applies the sampler patch) and applies the front-end patch in its own process. verl's own ``generate`` runs unchanged: each request is sent with log probs on
 (the entropy rides beside them), the engine client is wrapped once so that the final ``RequestOutput`` of each of
 this server's requests leaves its ``egpo_entropy`` behind, and the values come back in
 ``TokenOutput.extra_fields["rollout_entropy"]``, checked to be one per token. Log probs are returned only if the
