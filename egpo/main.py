@@ -16,6 +16,7 @@ from egpo.compat.stack import check_stack
 from egpo.preflight.paths import resolve_local_paths
 from egpo.runner import EgpoTaskRunner
 from egpo.settings import EgpoSettings
+from egpo.trainer.actor_entropy import prepare_actor_entropy
 from egpo.trainer.config import load_tokenizer, resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
 from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path, select_agent_loop_manager
@@ -72,6 +73,7 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
     check_cpu_backend(config)
     select_agent_loop_manager(config, settings)
     check_rollout_entropy_path(config, settings)
+    prepare_actor_entropy(config, settings)
     config = migrate_legacy_reward_impl(config)
     if settings.enabled:
         resolve_think_token_ids(config, load_tokenizer(config))

@@ -28,9 +28,15 @@ class RecordingWorkerGroup:
     def __init__(self, actor_entropy):
         self.actor_entropy = actor_entropy
         self.update_keys = None
+        self.sent_keys = {}  # worker call -> the batch keys it was sent
 
     def compute_log_prob(self, batch):
+        self.sent_keys["compute_log_prob"] = set(batch.batch.keys())
         return DataProto.from_dict({"old_log_probs": torch.zeros(BS, L), "entropys": self.actor_entropy})
+
+    def record(self, call, batch):
+        self.sent_keys[call] = set(batch.batch.keys())
+        return DataProto.from_dict({"ref_log_prob": torch.zeros(BS, L)})
 
     def update_actor(self, batch):
         self.update_keys = set(batch.batch.keys())
@@ -45,6 +51,9 @@ def verl_worker_calls(monkeypatch):
                         lambda self, batch: (self.actor_rollout_wg.compute_log_prob(batch), 0.0))
     monkeypatch.setattr(verl_ray_trainer.RayPPOTrainer, "_update_actor",
                         lambda self, batch: self.actor_rollout_wg.update_actor(batch))
+    for call in ("_compute_ref_log_prob", "_compute_values", "_compute_reward_colocate"):
+        monkeypatch.setattr(verl_ray_trainer.RayPPOTrainer, call,
+                            lambda self, batch, call=call: self.actor_rollout_wg.record(call, batch))
 
 
 def make_trainer(*overrides, markers=True):
@@ -204,3 +213,52 @@ def test_stock_trainer_path_refuses_egpo_without_entropy():
         cfg = compose(config_name="egpo_trainer", overrides=["algorithm.adv_estimator=egpo"])
     with pytest.raises(EntropyNotSuppliedError):
         upstream(batch, adv_estimator="egpo", config=cfg.algorithm)
+
+
+@pytest.mark.parametrize("source", ["actor", "rollout"])
+def test_entropy_stays_on_the_driver_during_worker_calls(source):
+    """rollout_entropy (and the kept actor entropy) never travel to a worker group before the advantage, and are
+    back in the batch after each call."""
+    trainer = make_trainer("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L, generator=torch.Generator().manual_seed(1)))
+    batch = make_batch(True)
+    rollout_entropy = batch.batch[ROLLOUT_ENTROPY].clone()
+    old_log_prob, _ = trainer._compute_old_log_prob(batch)
+    old_log_prob.batch.pop("entropys")
+    batch = batch.union(old_log_prob)
+    for call in (trainer._compute_ref_log_prob, trainer._compute_values, trainer._compute_reward_colocate):
+        call(batch)
+        assert torch.equal(batch.batch[ROLLOUT_ENTROPY], rollout_entropy)
+        assert (ACTOR_ENTROPY in batch.batch.keys()) == (source == "actor")
+    sent = trainer.actor_rollout_wg.sent_keys
+    assert set(sent) == {"compute_log_prob", "_compute_ref_log_prob", "_compute_values", "_compute_reward_colocate"}
+    for keys in sent.values():
+        assert "responses" in keys and ROLLOUT_ENTROPY not in keys and ACTOR_ENTROPY not in keys
+    # the agreement was still measured on the driver
+    assert "egpo/entropy_rollout_vs_actor/mean_abs_diff" in batch.meta_info[STEP_METRICS]
+
+
+def test_all_zero_actor_entropy_stops_an_actor_source_run():
+    """A verl that skipped the old-policy entropy returns zeros: egpo stops rather than train on H = 0."""
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=actor")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.zeros(BS, L))
+    with pytest.raises(advantage_step.MissingEntropyError, match="calculate_entropy=true.*entropy_source=rollout"):
+        trainer._compute_old_log_prob(make_batch(True))
+
+
+def test_all_zero_actor_entropy_gives_no_agreement_figure():
+    """With the rollout's entropy, a zero actor entropy is not compared with it (the figure would be made up)."""
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.zeros(BS, L))
+    batch = make_batch(True)
+    trainer._compute_old_log_prob(batch)
+    assert not any(k.startswith("egpo/entropy_rollout_vs_actor") for k in batch.meta_info.get(STEP_METRICS, {}))
+
+
+def test_zero_entropy_on_padding_only_is_a_real_entropy():
+    from egpo.trainer.ray_trainer import actor_entropy_computed
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert actor_entropy_computed(torch.tensor([[0.0, 0.2, 0.0], [0.0, 0.0, 0.0]]), mask)
+    assert not actor_entropy_computed(torch.tensor([[0.0, 0.0, 5.0], [0.0, 3.0, 1.0]]), mask)  # only padding
+    assert actor_entropy_computed(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))  # nothing to read

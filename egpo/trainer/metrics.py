@@ -14,10 +14,9 @@ def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor
             f"rollout_entropy has shape {tuple(rollout_entropy.shape)} but the actor's entropy has shape "
             f"{tuple(actor_entropy.shape)}; the rollout must emit one value per response token"
         )
-    r = rollout_entropy.detach().double()
-    a = actor_entropy.detach().double()
+    r, a = rollout_entropy.detach(), actor_entropy.detach()
     valid = response_mask.bool() & torch.isfinite(r) & torch.isfinite(a)
-    r, a = r[valid], a[valid]
+    r, a = r[valid].double(), a[valid].double()  # only the valid tokens are cast
     n = r.numel()
     metrics = {f"{PREFIX}tokens": float(n)}
     if n == 0:

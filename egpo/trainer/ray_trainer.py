@@ -1,10 +1,14 @@
 """``EgpoRayPPOTrainer``: where entropy is kept and dropped.
 
-Two verl methods are overridden, nothing else:
+verl methods overridden, nothing else:
 
 * ``_compute_old_log_prob``: the actor's recompute already returns ``entropys``; ``fit`` pops it. With
   ``entropy_source=actor`` the same tensor is also kept under ``egpo_actor_entropy`` so it survives until
-  the advantage. Whenever the rollout's entropy is in the batch too, their agreement is measured here.
+  the advantage; an all-zero one (a verl that skipped computing it) stops the run. Whenever the rollout's
+  entropy is in the batch too, their agreement is measured here.
+* ``_compute_old_log_prob``, ``_compute_ref_log_prob``, ``_compute_values``, ``_compute_reward_colocate``: egpo's
+  entropy keys stay on the driver while verl ships the batch to a worker group (no worker reads them;
+  :func:`entropy_kept_on_driver`).
 * ``_update_actor``: egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
   step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed, and a run that
   reads the thinking span of a model that never thinks says so once (:mod:`egpo.trainer.thought_watch`). The entropy
@@ -14,6 +18,8 @@ The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -44,19 +50,33 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
 
     def _compute_old_log_prob(self, batch: DataProto):
-        old_log_prob, mfu = super()._compute_old_log_prob(batch)
+        with entropy_kept_on_driver(batch) as kept:
+            old_log_prob, mfu = super()._compute_old_log_prob(batch)
         actor_entropy = old_log_prob.batch.get("entropys", None) if old_log_prob.batch is not None else None
+        computed = actor_entropy is not None and actor_entropy_computed(actor_entropy, batch.batch["response_mask"])
         if self.egpo.enabled and self.egpo.entropy_source == "actor":
-            if actor_entropy is None:
-                raise advantage_step.MissingEntropyError(
-                    "the actor's old-log-prob recompute returned no 'entropys'; egpo with entropy_source=actor needs it"
-                )
+            if not computed:
+                raise advantage_step.MissingEntropyError(UNCOMPUTED_ACTOR_ENTROPY if actor_entropy is not None else
+                                                         "the actor's old-log-prob recompute returned no 'entropys'; "
+                                                         "egpo with entropy_source=actor needs it")
             old_log_prob.batch[ACTOR_ENTROPY] = actor_entropy
-        if actor_entropy is not None and ROLLOUT_ENTROPY in batch.batch.keys():
+        if computed and ROLLOUT_ENTROPY in kept:
             advantage_step.add_step_metrics(
-                batch, entropy_agreement(batch.batch[ROLLOUT_ENTROPY], actor_entropy, batch.batch["response_mask"])
+                batch, entropy_agreement(kept[ROLLOUT_ENTROPY], actor_entropy, batch.batch["response_mask"])
             )
         return old_log_prob, mfu
+
+    def _compute_ref_log_prob(self, batch: DataProto):
+        with entropy_kept_on_driver(batch):
+            return super()._compute_ref_log_prob(batch)
+
+    def _compute_values(self, batch: DataProto):
+        with entropy_kept_on_driver(batch):
+            return super()._compute_values(batch)
+
+    def _compute_reward_colocate(self, batch: DataProto):
+        with entropy_kept_on_driver(batch):
+            return super()._compute_reward_colocate(batch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         step_metrics = batch.meta_info.pop(STEP_METRICS, {})
@@ -73,3 +93,30 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             print(format_step_summary(step, step_metrics), flush=True)
             self.never_thinks.observe(step_metrics, step)
         return actor_output
+
+
+@contextmanager
+def entropy_kept_on_driver(batch: DataProto):
+    """egpo's entropy keys (B x L fp32 each) taken out of ``batch`` while verl sends it to a worker group, and put back
+    after; yields them (key -> tensor)."""
+    tensors = batch.batch
+    kept = {key: tensors.pop(key) for key in TRANSIENT_BATCH_KEYS if tensors is not None and key in tensors.keys()}
+    try:
+        yield kept
+    finally:
+        for key, value in kept.items():
+            tensors[key] = value
+
+
+UNCOMPUTED_ACTOR_ENTROPY = (
+    "the actor's old-log-prob recompute returned 'entropys' that are 0 on every response token: this verl did not "
+    "compute them (egpo sets actor_rollout_ref.actor.calculate_entropy=true at start-up, the key verl 0.7.1 and 0.9.1 "
+    "gate entropy on; a verl that gates old-policy entropy on another key is not one egpo was tested with). Take the "
+    "entropy from the rollout engine instead: ++algorithm.entropy_source=rollout"
+)
+
+
+def actor_entropy_computed(actor_entropy, response_mask) -> bool:
+    """False where verl returned ``entropys`` as zeros on every valid response token (a verl that skipped computing
+    them, as two upstream proposals would): a real entropy is never exactly 0 on every token of a batch."""
+    return not bool(response_mask.any()) or bool((actor_entropy * response_mask).any())

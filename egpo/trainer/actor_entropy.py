@@ -1,0 +1,84 @@
+"""The actor's entropy as egpo reads it: always computed, and in fp32 (driver side, before Ray starts).
+
+egpo reads the entropy of the actor's old-log-prob recompute whenever that recompute runs in an egpo run: as the
+bonus's entropy (``entropy_source=actor``) or for the rollout-vs-actor agreement figures. Two verl defaults would
+corrupt it:
+
+* **precision**: verl's plain ``entropy_from_logits`` takes softmax, logsumexp and sum(p * x) in the logits' dtype.
+  FSDP's forward runs in its mixed-precision ``param_dtype`` (bf16 by default), so the entropy is a difference of two
+  20-40 nat bf16 numbers: about +-0.1 nat per token against thoughts near 0.5. fp32 comes from verl's chunked
+  entropy (``actor.entropy_from_logits_with_chunking=true``, which casts each chunk to fp32; verl reads it only on
+  the remove-padding path) or its fused kernels (``model.use_fused_kernels=true``, fp32 logits). Megatron's
+  ``Float16Module`` returns fp32 logits, and its vocab-parallel entropy works on those.
+* **whether it is computed**: verl 0.9.1 gates the update's entropy on ``actor.calculate_entropy`` (or a non-zero
+  ``entropy_coeff``) and upstream proposals would gate the old-policy entropy on the same; egpo sets it.
+
+:func:`prepare_actor_entropy` sets what it can and refuses (with the fixes) what it cannot.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from egpo.settings import EgpoConfigError, EgpoSettings
+
+ACTOR = "actor_rollout_ref.actor"
+CHUNKED = f"{ACTOR}.entropy_from_logits_with_chunking"
+CALCULATE = f"{ACTOR}.calculate_entropy"
+FUSED = "actor_rollout_ref.model.use_fused_kernels"
+REMOVE_PADDING = "actor_rollout_ref.model.use_remove_padding"
+PARAM_DTYPE = f"{ACTOR}.fsdp_config.mixed_precision.param_dtype"
+FP32_NAMES = ("fp32", "float32", "torch.float32", "float")
+
+
+def reads_actor_entropy(settings: EgpoSettings) -> bool:
+    """The run reads the actor's recompute entropy (the bonus, or the agreement with the rollout's)."""
+    return settings.enabled and not settings.bypass_mode
+
+
+def forward_dtype_is_fp32(config: DictConfig) -> bool:
+    """FSDP's forward runs in fp32 (``mixed_precision.param_dtype``; verl's default is bf16)."""
+    value = OmegaConf.select(config, PARAM_DTYPE, default="bf16")
+    return str(value).lower() in FP32_NAMES
+
+
+def actor_entropy_precision(config: DictConfig) -> str:
+    """How the actor's entropy will be computed under ``config``: ``"fp32"``, or the reason it would be bf16."""
+    actor = config.actor_rollout_ref.actor
+    if actor.get("strategy", "fsdp") == "megatron":
+        return "fp32"  # Float16Module hands fp32 logits to the vocab-parallel entropy
+    if OmegaConf.select(config, FUSED, default=False) or forward_dtype_is_fp32(config):
+        return "fp32"
+    if not OmegaConf.select(config, REMOVE_PADDING, default=False):
+        return (f"{REMOVE_PADDING}=false: verl's padded forward takes the entropy of the bf16 logits in bf16 "
+                f"(its chunked fp32 entropy, {CHUNKED}, is read only with remove-padding)")
+    if not OmegaConf.select(config, CHUNKED, default=False):
+        return f"{CHUNKED}=false: verl takes the entropy of the bf16 logits in bf16"
+    return "fp32"
+
+
+UNFIXABLE_FIXES = ((f"{REMOVE_PADDING}=true",), (f"{FUSED}=true",))
+
+
+def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print) -> None:
+    """Where egpo reads the actor's entropy: ``calculate_entropy=true`` and fp32 entropy (chunked entropy set on the
+    remove-padding path; the padded bf16 path refused with its fixes). Any other run is left as it is."""
+    if not reads_actor_entropy(settings):
+        return
+    with open_dict(config):
+        if not OmegaConf.select(config, CALCULATE, default=False):
+            OmegaConf.update(config, CALCULATE, True, force_add=True)
+        precision = actor_entropy_precision(config)
+        if precision != "fp32" and OmegaConf.select(config, REMOVE_PADDING, default=False):
+            OmegaConf.update(config, CHUNKED, True, force_add=True)
+            echo(f"[egpo] {CHUNKED}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
+            precision = actor_entropy_precision(config)
+    if precision != "fp32":
+        what = ("the bonus" if settings.entropy_source == "actor" else
+                "egpo/entropy_rollout_vs_actor/* (rollout and actor agreement)")
+        raise EgpoConfigError(
+            f"egpo reads the actor's entropy ({what}), but it would be computed in bf16: {precision}, an error of about "
+            f"0.1 nat per token. Fix: {UNFIXABLE_FIXES[0][0]} (verl's fp32 chunked entropy, which egpo then turns "
+            f"on), or {UNFIXABLE_FIXES[1][0]} (fp32 logits)",
+            UNFIXABLE_FIXES,
+        )
