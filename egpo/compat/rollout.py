@@ -52,6 +52,13 @@ def served_replicas(config) -> dict[str, str]:
     return {name: target for name, target in REGISTERED.items() if name not in ONLY_FOR_ROLLOUT_ENTROPY}
 
 
+def serves_the_policy(replica) -> bool:
+    """The replica rolls out the policy: not a generative reward model's or a distillation teacher's, which verl
+    builds from the same registry (``is_reward_model``; 0.9.1 adds ``is_teacher_model``). Those keep verl's own
+    server: no entropy patches, forced log probs or egpo launch refusals on a config egpo's checks never saw."""
+    return not (getattr(replica, "is_reward_model", False) or getattr(replica, "is_teacher_model", False))
+
+
 def _load_target(target: str):
     import importlib
 
