@@ -16,6 +16,7 @@ vllm = require_vllm()
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
 from reference import entropy_rows_ref  # noqa: E402
 from egpo.rollout.vllm import frontend_patch, sampler_patch  # noqa: E402
+from egpo.rollout.vllm.entropy_column import ENTROPY_COLUMN_ID  # noqa: E402
 from egpo.rollout.vllm.versions import SUPPORTED, VllmPatchTargetError, check_targets, vllm_targets  # noqa: E402
 
 V = 50
@@ -61,7 +62,7 @@ def test_entropy_column_against_float64(patched, temperature):
     tensors = out.logprobs_tensors
     assert tuple(tensors.logprobs.shape) == (6, 4)  # sampled + top-2 + the entropy column
     torch.testing.assert_close(tensors.logprobs[:, -1].double(), entropy64(logits), rtol=1e-5, atol=1e-5)
-    assert torch.equal(tensors.logprob_token_ids[:, -1], tensors.logprob_token_ids[:, 0])  # the sampled id
+    assert (tensors.logprob_token_ids[:, -1] == ENTROPY_COLUMN_ID).all()  # egpo's mark, no vocabulary id
     assert getattr(Sampler, sampler_patch.STASH, None) is None
 
 
@@ -181,6 +182,46 @@ def test_front_end_takes_the_column_off_and_attaches_the_entropy(frontend, kind)
             pytest.approx(np.concatenate(logprob_lists).tolist())
         assert all(len(p) == 1 for p in final.logprobs)
     assert processor.request_states == {}  # nothing per request left once it finished
+
+
+@pytest.mark.parametrize("kind", ["FINAL_ONLY", "CUMULATIVE"])
+def test_front_end_attaches_the_requests_own_list(frontend, kind):
+    """Cumulative outputs carry the request's entropy list itself, as vLLM carries its log probs: no per-step copy of
+    a growing list (each step's output is the same object, extended)."""
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine import EngineCoreOutput, FinishReason
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    processor = OutputProcessor(tokenizer=None, log_stats=False)
+    processor.add_request(engine_core_request("r", [1, 2], logprobs=0,
+                                              output_kind=getattr(RequestOutputKind, kind)), None)
+    state = processor.request_states["r"]
+    seen = []
+    for i in range(4):
+        result = processor.process_outputs([EngineCoreOutput(
+            request_id="r", new_token_ids=[5 + i], new_logprobs=lists_with_entropy([5 + i], [0.1 * i], seed=i),
+            finish_reason=FinishReason.LENGTH if i == 3 else None)])
+        seen += [out.outputs[0].egpo_entropy for out in result.request_outputs]
+    assert seen[-1] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert all(entropy is getattr(state.logprobs_processor, frontend_patch.ENTROPY_FIELD) for entropy in seen)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_rows_from_an_unpatched_worker_pass_whole_and_carry_no_entropy(frontend, k):
+    """A worker without the sampler patch sends no marked column: vLLM's own log probs go through untouched (no
+    column stripped, no IndexError in vLLM's output handler) and no entropy is attached."""
+    from vllm.v1.engine import EngineCoreOutput, FinishReason
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    processor = OutputProcessor(tokenizer=None, log_stats=False)
+    processor.add_request(engine_core_request("r", [1, 2], logprobs=k), None)
+    lists = lists_with_entropy([5, 6], [0.5, 0.25], k=k, patched=False)
+    result = processor.process_outputs([EngineCoreOutput(request_id="r", new_token_ids=[5, 6], new_logprobs=lists,
+                                                         finish_reason=FinishReason.LENGTH)])
+    output = result.request_outputs[0].outputs[0]
+    assert getattr(output, frontend_patch.ENTROPY_FIELD, None) is None
+    assert [p[t].logprob for p, t in zip(output.logprobs, output.token_ids)] == \
+        pytest.approx(lists.logprobs[:, 0].tolist())
 
 
 @pytest.mark.parametrize("order", ["sampler_first", "frontend_first"])

@@ -61,12 +61,28 @@ def test_generate_returns_the_entropy_with_the_tokens(frontend, wants_log_probs)
     assert server.engine.captured == {}  # nothing per request left
 
 
-def test_a_worker_without_the_patch_stops_the_request_with_the_fix(frontend):
+def test_a_front_end_without_the_patch_stops_the_request_with_the_fix(frontend):
     frontend_patch.remove_frontend_patch()  # nothing attaches egpo_entropy
     server = bare_server(OutputProcessorEngine([([5], [0.5])]))
     with pytest.raises(RuntimeError, match="vllm.general_plugins entry point"):
         asyncio.run(server.generate([1, 2, 3], {"temperature": 1.0}, "req-2"))
     frontend_patch.apply_frontend_patch()
+
+
+@pytest.mark.parametrize("wants_log_probs", [False, True])
+def test_a_worker_without_the_patch_stops_the_request_with_the_fix(frontend, wants_log_probs):
+    """The plugin failed to import in the workers' environment (vLLM only logs that): their rows carry no marked
+    column; vLLM's front end goes on (no IndexError that would kill the engine for every request) and egpo's server
+    stops the request with its message."""
+    engine = OutputProcessorEngine(STEPS, patched_worker=False)
+    server = bare_server(engine)
+    params = {"temperature": 1.0, **({"logprobs": True} if wants_log_probs else {})}
+    with pytest.raises(RuntimeError, match="ran without egpo's sampler patch.*vllm.general_plugins entry point"):
+        asyncio.run(server.generate([1, 2, 3], params, "req-3"))
+    # the engine still answers: the same front end serves the next request
+    engine.patched_worker = True
+    assert asyncio.run(server.generate([1, 2, 3], params, "req-4")).extra_fields[ROLLOUT_ENTROPY] == \
+        pytest.approx([0.5, 0.25, 1.5, 0.0, 2.0])
 
 
 def test_prepare_exports_the_options_and_patches_the_front_end(monkeypatch):

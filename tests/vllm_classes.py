@@ -65,15 +65,21 @@ def engine_core_request(request_id: str, prompt: list[int], logprobs: int | None
     return EngineCoreRequest(**{k: v for k, v in values.items() if k in fields})
 
 
-def lists_with_entropy(token_ids, entropy, k=0, seed=0, vocab=50):
-    """What the patched worker sends for one request and step: sampled + k top columns + the entropy column."""
+def lists_with_entropy(token_ids, entropy, k=0, seed=0, vocab=50, patched=True):
+    """What the patched worker sends for one request and step: sampled + k top columns + egpo's marked entropy
+    column (``patched=False``: what an unpatched worker sends, without it)."""
     import numpy as np
     from vllm.v1.outputs import LogprobsLists
 
+    from egpo.rollout.vllm.entropy_column import ENTROPY_COLUMN_ID
+
     g = np.random.default_rng(seed)
     n = len(token_ids)
-    ids = np.concatenate([np.array(token_ids)[:, None], g.integers(0, vocab, (n, k)), np.array(token_ids)[:, None]], 1)
+    ids = np.concatenate([np.array(token_ids)[:, None], g.integers(0, vocab, (n, k)),
+                          np.full((n, 1), ENTROPY_COLUMN_ID)], 1)
     logprobs = np.concatenate([-g.random((n, k + 1)), np.array(entropy)[:, None]], 1).astype(np.float32)
+    if not patched:
+        ids, logprobs = ids[:, :-1], logprobs[:, :-1]
     return LogprobsLists(ids.astype(np.int32), logprobs, np.ones(n, dtype=np.int32), None)
 
 
@@ -82,8 +88,9 @@ class OutputProcessorEngine:
     the patched worker's log-prob lists (entropy column included) go in as ``EngineCoreOutput``s, the request's
     ``RequestOutput``s come out, as vLLM's ``AsyncLLM`` yields them."""
 
-    def __init__(self, steps):
+    def __init__(self, steps, patched_worker=True):
         self.steps = steps  # [(token_ids, entropy), ...]
+        self.patched_worker = patched_worker  # False: the workers ran without egpo's sampler patch
         self.requests = []
 
     async def generate(self, prompt, sampling_params, request_id, **kwargs):
@@ -97,7 +104,7 @@ class OutputProcessorEngine:
         for i, (tokens, entropy) in enumerate(self.steps):
             last = i == len(self.steps) - 1
             result = processor.process_outputs([EngineCoreOutput(
-                request_id=request_id, new_token_ids=tokens, new_logprobs=lists_with_entropy(tokens, entropy, seed=i),
+                request_id=request_id, new_token_ids=tokens, new_logprobs=lists_with_entropy(tokens, entropy, seed=i, patched=self.patched_worker),
                 finish_reason=FinishReason.LENGTH if last else None)])
             for output in result.request_outputs:
                 yield output

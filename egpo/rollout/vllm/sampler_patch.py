@@ -5,8 +5,8 @@ custom processors and penalties; then ``Sampler.sample`` divides them by the tem
 entropy is taken at the entry of ``Sampler.sample`` (the point egpo's sglang patch uses), with the options of
 :class:`egpo.rollout.entropy.EntropyOptions`; greedy rows (temperature 0) get the raw distribution's entropy.
 
-``Sampler.forward`` then appends one column to ``SamplerOutput.logprobs_tensors``: the sampled token id and the
-entropy in the log-prob place. vLLM's own path carries it (device-to-host copy, per-request row slicing after stop
+``Sampler.forward`` then appends one column to ``SamplerOutput.logprobs_tensors``: egpo's mark in the token-id place
+(:mod:`egpo.rollout.vllm.entropy_column`) and the entropy in the log-prob place. vLLM's own path carries it (device-to-host copy, per-request row slicing after stop
 truncation, the engine-core message); :mod:`egpo.rollout.vllm.frontend_patch` takes it off again. Log probs must be
 requested (``logprobs >= 0``) for the column to exist: egpo's server asks for them. Nothing is left on the sampler
 between steps. The methods are patched on vLLM's class (instances built from an earlier import see them too).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from egpo.rollout.entropy import EntropyOptions, token_entropy
+from egpo.rollout.vllm.entropy_column import ENTROPY_COLUMN_ID
 from egpo.rollout.vllm.versions import patch_function
 
 STASH = "_egpo_entropy"  # set by sample(), taken by forward() within one call
@@ -49,10 +50,10 @@ def entropy_forward(self, logits, sampling_metadata, *args, **kwargs):
 
 
 def with_entropy_column(tensors, entropy: torch.Tensor):
-    """``tensors`` with one more column: the sampled id (column 0) and ``entropy`` as its value."""
+    """``tensors`` with one more column: egpo's mark as its token id and ``entropy`` as its value."""
     ids, logprobs = tensors.logprob_token_ids, tensors.logprobs
     return tensors._replace(
-        logprob_token_ids=torch.cat((ids, ids[:, :1]), dim=1),
+        logprob_token_ids=torch.cat((ids, torch.full_like(ids[:, :1], ENTROPY_COLUMN_ID)), dim=1),
         logprobs=torch.cat((logprobs, entropy.to(logprobs.dtype).unsqueeze(1)), dim=1),
     )
 
