@@ -33,7 +33,10 @@ the estimator family on the rollout's entropy; ``--arms vllm_sources`` is ``sour
 ``--arms engines`` (egpo_rollout egpo_rollout_vllm) compares EGPO on sglang's and vLLM's rollout entropy (report it
 with ``--baseline egpo_rollout``).
 
-A seed sets the rollout's sampling seed (HF server, sglang, vLLM's engine seed) and the data order.
+A seed sets the rollout's sampling seed and the data order: egpo's HF server (``rollout.custom.seed``), and on verl
+0.9.1 verl's rollout seed (``rollout.seed``), from which each replica's engine seed is derived (vLLM: verl's
+``replica_rank + seed``; sglang: egpo's server, the same). verl 0.7.1 has no rollout seed: there its vLLM replicas are
+seeded by their rank alone and its sglang servers by ``replica_rank + rollout.custom.seed``.
 """
 
 from __future__ import annotations
@@ -85,10 +88,11 @@ METRICS_FILE = "metrics.jsonl"
 
 
 def seed_overrides(seed: int) -> tuple[str, ...]:
-    return (f"actor_rollout_ref.rollout.custom.seed={seed}",
-            f"++actor_rollout_ref.rollout.engine_kwargs.sglang.random_seed={seed}",
-            f"++actor_rollout_ref.rollout.engine_kwargs.vllm.seed={seed}",
-            f"++data.seed={seed}")
+    """The run's rollout seed, from which each replica's engine seed is derived as verl derives it
+    (:mod:`egpo.compat.seeds`), and the data order."""
+    from egpo.compat.seeds import run_seed_overrides
+
+    return (*run_seed_overrides(seed), f"++data.seed={seed}")
 
 
 def run_name(arm: str, seed: int) -> str:

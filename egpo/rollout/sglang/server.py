@@ -33,6 +33,7 @@ class EntropySGLangHttpServer(SGLangHttpServer):
 
         refuse_unsupported_settings(self.config)
         add_cpu_engine_settings(self.config)
+        add_replica_engine_settings(self.config, self.replica_rank)
         install_process_entries(EntropyOptions.from_rollout_config(self.config))
         apply_tokenizer_patches()
         await super().launch_server(master_address=master_address, master_port=master_port)
@@ -83,6 +84,26 @@ def add_cpu_engine_settings(config) -> None:
     for key, value in sglang_targets().cpu_engine_args:
         if key not in engine_kwargs:
             engine_kwargs[key] = value
+
+
+def add_replica_engine_settings(config, replica_rank: int) -> None:
+    """Settings of this replica's engine unless the config sets them: its sampling seed, ``replica_rank`` + the run's
+    rollout seed (:func:`egpo.compat.seeds.sglang_replica_seed`; verl seeds no sglang server), and chunked log-prob
+    processing (:func:`egpo.rollout.sglang.versions.chunked_logprob_env`) exported for sglang's processes."""
+    import os
+
+    from egpo.compat.seeds import sglang_replica_seed
+    from egpo.rollout.sglang.versions import chunked_logprob_env
+
+    engine_kwargs = config.get("engine_kwargs", None)
+    if engine_kwargs is not None:
+        if engine_kwargs.get("sglang", None) is None:
+            engine_kwargs["sglang"] = {}
+        seed = sglang_replica_seed(config, replica_rank)
+        if seed is not None:
+            engine_kwargs["sglang"]["random_seed"] = seed
+    for name, value in chunked_logprob_env().items():
+        os.environ.setdefault(name, value)
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,22 @@ def sglang_targets(version: str | None = None) -> SglangTargets:
             f"Install the one your verl pins, e.g. {install_line(SUPPORTED[-1])}"
         )
     return TARGETS[version]
+
+
+# sglang's switch for chunked log-prob processing (both versions: sglang.srt.environ.Envs, chunks of
+# SGLANG_LOGITS_PROCESSER_CHUNK_SIZE=2048 rows). egpo always asks for log probs, so a retracted request's re-prefill
+# computes input log probs over every token it had generated, unchunked by default: up to chunked_prefill_size x
+# vocabulary logits in fp32, allocated exactly when the KV pool ran out. egpo's server turns chunking on.
+CHUNKED_LOGPROBS_ENV = "SGLANG_ENABLE_LOGITS_PROCESSER_CHUNK"
+
+
+def chunked_logprob_env() -> dict[str, str]:
+    """The environment that bounds sglang's log-prob memory, for egpo's server to export before sglang starts (a value
+    already set is kept); stops if the installed sglang no longer reads the variable."""
+    from sglang.srt.environ import envs
+
+    if not hasattr(envs, CHUNKED_LOGPROBS_ENV):
+        raise UnsupportedSglangError(
+            f"sglang {installed_sglang()} has no {CHUNKED_LOGPROBS_ENV} (sglang.srt.environ): egpo cannot bound the "
+            f"log-prob memory of re-prefilled requests; egpo supports sglang {', '.join(SUPPORTED)}")
+    return {CHUNKED_LOGPROBS_ENV: "1"}
