@@ -167,9 +167,10 @@ def test_warm_up_compiles_before_the_first_call(fresh_kernel):
     status = fresh_kernel.warm_compiled_kernel(96, "cpu", temperature_scaled=True)
     assert status == {"compiled": True, "fallback_reason": None}
     compiled = counters["stats"]["unique_graphs"]
-    for rows in (1, 3, 17, 64):
+    for rows in (1, 3, 17, 64, 1, 2):
         x = torch.randn(rows, 96)
-        t = torch.full((rows,), 0.7)
-        got = token_entropy(x, temperature=t, compiled=True)
-        torch.testing.assert_close(got.double(), reference(x, temperature=t), rtol=1e-5, atol=1e-5)
+        for t in (torch.full((rows,), 0.7), None):  # scaled, and raw (vLLM's all-greedy batch passes no temperature)
+            got = token_entropy(x, temperature=t, compiled=True)
+            torch.testing.assert_close(got.double(), reference(x, temperature=t), rtol=1e-5, atol=1e-5)
     assert counters["stats"]["unique_graphs"] == compiled
+    assert fresh_kernel.kernel_status() == {"compiled": True, "fallback_reason": None}

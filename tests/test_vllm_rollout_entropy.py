@@ -240,3 +240,31 @@ def test_both_patches_in_one_process_in_either_order(order):
 
     assert Sampler.forward is not sampler_patch.entropy_forward
     check_targets()
+
+
+@pytest.mark.parametrize("options", [EntropyOptions(), EntropyOptions(top_k=5, temperature_scaled=True)])
+def test_the_compiled_kernel_is_warmed_once_before_the_first_kernel_call(patched, monkeypatch, options):
+    """On an accelerator the sampler's first call warms every shape vLLM will use (1 row included: vLLM's warm-up
+    never samples one row) before its own kernel call, once per worker; the values are unchanged."""
+    from vllm.v1.sample.sampler import Sampler
+
+    calls = []
+    monkeypatch.setattr(sampler_patch, "uses_compiled_kernel", lambda logits: True)
+    monkeypatch.setitem(sampler_patch._state, "warmed", False)
+    monkeypatch.setattr(sampler_patch, "warm_compiled_kernel",
+                        lambda width, device, temperature_scaled: calls.append(("warm", width, str(device),
+                                                                                temperature_scaled)))
+    real = sampler_patch.token_entropy
+    monkeypatch.setattr(sampler_patch, "token_entropy",
+                        lambda logits, compiled, **kw: calls.append(("kernel", logits.shape[0], compiled)) or
+                        real(logits, compiled=False, **kw))
+    patched(options)
+    logits = batch_logits(6)
+    temperature = [0.0, 0.7, 1.0, 0.0, 1.3, 0.5]
+    for rows in (6, 1, 6):
+        out = Sampler()(logits[:rows].clone(), sampling_metadata(temperature[:rows], 0, generators(rows)))
+    expected = entropy64(logits[:6], temperature if options.temperature_scaled else None, options.top_k)
+    torch.testing.assert_close(out.logprobs_tensors.logprobs[:, -1].double(), expected, rtol=1e-5, atol=1e-5)
+    width = options.top_k or V
+    assert calls == [("warm", width, "cpu", options.temperature_scaled), ("kernel", 6, True), ("kernel", 1, True),
+                     ("kernel", 6, True)]

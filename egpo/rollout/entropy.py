@@ -115,9 +115,11 @@ def _run_compiled(x, inv_temperature):
         except Exception as err:  # noqa: BLE001 - any compiler failure means the eager path
             _fall_back("torch.compile", err)
             return None
-    torch._dynamo.mark_dynamic(x, 0)
+    # maybe_mark_dynamic: a batch of one is specialized (its own graph, warmed by warm_compiled_kernel) instead of
+    # rejected, which mark_dynamic does on some torch versions
+    torch._dynamo.maybe_mark_dynamic(x, 0)
     if inv_temperature is not None:
-        torch._dynamo.mark_dynamic(inv_temperature, 0)
+        torch._dynamo.maybe_mark_dynamic(inv_temperature, 0)
     try:
         return _kernel["compiled"](x, inv_temperature)
     except Exception as err:  # noqa: BLE001 - a failure to compile shows up at the first call
@@ -127,11 +129,13 @@ def _run_compiled(x, inv_temperature):
 
 def warm_compiled_kernel(width: int, device, temperature_scaled: bool = False, dtype=torch.float32) -> dict:
     """Compiles the kernel for rows of ``width`` on ``device`` now (1 row and several: torch specializes a batch of
-    one), so no request waits for it. Returns :func:`kernel_status`."""
-    for rows in (1, 2):
-        logits = torch.zeros(rows, width, dtype=dtype, device=device)
-        temperature = torch.ones(rows, device=device) if temperature_scaled else None
-        token_entropy(logits, temperature=temperature, compiled=True)
+    one), so no request waits for it. ``temperature_scaled``: the scaled kernel too (an engine may still pass no
+    temperature, vLLM for an all-greedy batch). Returns :func:`kernel_status`."""
+    for scaled in (False, True) if temperature_scaled else (False,):
+        for rows in (1, 2):
+            logits = torch.zeros(rows, width, dtype=dtype, device=device)
+            temperature = torch.ones(rows, device=device) if scaled else None
+            token_entropy(logits, temperature=temperature, compiled=True)
     return kernel_status()
 
 

@@ -16,20 +16,39 @@ from __future__ import annotations
 
 import torch
 
-from egpo.rollout.entropy import EntropyOptions, token_entropy
+from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
 from egpo.rollout.vllm.entropy_column import ENTROPY_COLUMN_ID
 from egpo.rollout.vllm.versions import patch_function
 
 STASH = "_egpo_entropy"  # set by sample(), taken by forward() within one call
 
-_state: dict = {"forward": None, "sample": None, "options": EntropyOptions()}
+_state: dict = {"forward": None, "sample": None, "options": EntropyOptions(), "warmed": False}
+
+
+def uses_compiled_kernel(logits) -> bool:
+    """The compiled kernel runs on an accelerator; the CPU runs the eager one."""
+    return logits.is_cuda
+
+
+def warm_once(logits, options: EntropyOptions) -> None:
+    """At the sampler's first call in this worker (vLLM's profile run, before any request), the compiled kernel for
+    every shape vLLM will use: 1 row (torch specializes it: vLLM's own warm-up never samples one row, so a worker's
+    first one-request step would compile inside an engine step) and several, raw and, if asked, scaled."""
+    if _state["warmed"]:
+        return
+    _state["warmed"] = True
+    width = options.top_k if 0 < options.top_k < logits.shape[-1] else logits.shape[-1]
+    warm_compiled_kernel(width, logits.device, temperature_scaled=options.temperature_scaled)
 
 
 @patch_function
 def entropy_sample(self, logits, sampling_metadata, *args, **kwargs):
     options = _state["options"]
     temperature = sampling_metadata.temperature if options.temperature_scaled else None
-    entropy = token_entropy(logits, top_k=options.top_k, temperature=temperature, compiled=logits.is_cuda)
+    compiled = uses_compiled_kernel(logits)
+    if compiled:
+        warm_once(logits, options)
+    entropy = token_entropy(logits, top_k=options.top_k, temperature=temperature, compiled=compiled)
     setattr(self, STASH, entropy)
     return _state["sample"](self, logits, sampling_metadata, *args, **kwargs)
 
