@@ -185,3 +185,33 @@ def test_a_vllm_arm_that_reads_rollout_entropy_without_vllm_is_refused(demo, wor
     assert status != 0 and "vllm is not installed" in findings_text(lines)
     status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["egpo_actor_vllm"])  # verl's own vLLM replica: no refusal
     assert status == 0, findings_text(lines)
+
+
+def test_the_preflight_reports_the_gpu_paths_a_config_takes(demo, workdir, monkeypatch):
+    """The actor entropy's precision, replicas sharing one engine seed, and a reward model's own server: each seen
+    before the first GPU hour."""
+    status, lines = qwen3(workdir, demo, monkeypatch)
+    text = findings_text(lines)
+    assert status == 0 and "the actor's entropy (the bonus) is computed in fp32" in text
+    assert "one engine seed" not in text
+    # 8 GPUs, tensor parallel 2: four sglang replicas sharing one seed
+    status, lines = qwen3(workdir, demo, monkeypatch, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                          "++actor_rollout_ref.rollout.engine_kwargs.sglang.random_seed=1")
+    text = findings_text(lines)
+    assert status == 0 and "gives all 4 rollout replicas one engine seed" in text
+    assert "~actor_rollout_ref.rollout.engine_kwargs.sglang.random_seed" in text
+    # the padded bf16 path: refused at start-up with its fixes
+    status, lines = qwen3(workdir, demo, monkeypatch, "actor_rollout_ref.model.use_remove_padding=false")
+    assert status != 0 and "computed in bf16" in findings_text(lines)
+
+
+def test_a_reward_models_server_is_named_verls_own(demo, workdir, monkeypatch):
+    from conftest import VERL
+    from egpo.preflight.engines import side_model_findings
+
+    prefix = "reward." if VERL == "0.9.1" else ""
+    cfg = composed("qwen3_1.7b", [*overrides_for("qwen3_1.7b", demo), f"{prefix}reward_model.enable=true",
+                                  f"{prefix}reward_model.rollout.name=sglang"])
+    assert [f.text for f in side_model_findings(cfg)] == [
+        "the reward model's server (sglang) is verl's own: no entropy patches, log probs or egpo refusals (those are "
+        "for the policy's rollout)"]
