@@ -1,5 +1,7 @@
-"""egpo's ``sglang.srt.plugins`` entry point (sglang >= 0.5.12): the entropy patches inside sglang's scheduler
-processes, loaded by sglang itself.
+"""egpo's ``sglang.srt.plugins`` entry point (sglang >= 0.5.12): rollout entropy inside sglang's scheduler
+processes, loaded by sglang itself. On sglang 0.5.20 and later it only registers, through sglang's ``HookRegistry``,
+the installation of egpo's ``SamplingObserver`` after ``ModelRunner.__init__`` (:mod:`egpo.rollout.sglang.observer`,
+sglang's official hook: nothing patched). On 0.5.12:
 
 sglang 0.5.12 calls ``load_plugins()`` first thing in every scheduler process (and in ``Engine.__init__``), which
 runs every function registered under the ``sglang.srt.plugins`` entry-point group (``pyproject.toml``). This one
@@ -31,10 +33,22 @@ def load() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from egpo.rollout.engine_options import read_options
+    from egpo.rollout.sglang.versions import sglang_targets
+
+    options = read_options()
+    if sglang_targets().entropy_via_observer:
+        from egpo.rollout.sglang.observer import INIT_TARGET, install_observer
+
+        def install_after_init(result, model_runner, *args, **kwargs):
+            install_observer(model_runner, options)
+            return result
+
+        HookRegistry.register(INIT_TARGET, install_after_init, HookType.AFTER)
+        return
+
     from egpo.rollout.sglang.sampler_patch import warm_sampler_kernel
     from egpo.rollout.sglang.scheduler_patches import apply_scheduler_patches
 
-    options = read_options()
     apply_scheduler_patches(options)
 
     def warm_kernel_first(server_args, gpu_id, *args, **kwargs):

@@ -61,8 +61,10 @@ def run_scheduler_process_with_standins(*args, **kwargs):
     from sglang.srt.managers.scheduler import run_scheduler_process
 
     from egpo.rollout.sglang.standins import unpin_host_tensors
+    from egpo.rollout.sglang.versions import sglang_targets
 
-    unpin_host_tensors()
+    if sglang_targets().pins_host_tensors:
+        unpin_host_tensors()
     return run_scheduler_process(*args, **kwargs)
 
 
@@ -135,7 +137,7 @@ ENTRIES = {"run_scheduler_process": (run_scheduler_process_with_entropy, run_sch
 
 
 def check_plugin_registered() -> None:
-    """sglang 0.5.12 will load egpo's plugin in its scheduler processes (installed entry point, not filtered out)."""
+    """sglang (0.5.12 and later) will load egpo's plugin in its scheduler processes (installed entry point, not filtered out)."""
     from importlib.metadata import entry_points
 
     names = {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
@@ -159,7 +161,12 @@ def install_process_entries(options: EntropyOptions) -> None:
     engine = import_target("sglang.srt.entrypoints.engine")
     detokenizer_manager = import_target("sglang.srt.managers.detokenizer_manager")
     scheduler = import_target("sglang.srt.managers.scheduler")
-    check_scheduler_patch_targets()
+    if targets.entropy_via_observer:
+        from egpo.rollout.sglang.observer import check_observer_targets
+
+        check_observer_targets()
+    else:
+        check_scheduler_patch_targets()
     check_parameters(scheduler.run_scheduler_process, targets.scheduler_entry_params,
                      "sglang.srt.managers.scheduler.run_scheduler_process")
     if targets.patches_via_plugin:

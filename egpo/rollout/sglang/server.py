@@ -25,6 +25,7 @@ from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.token_output import attach_rollout_entropy
 from egpo.rollout.sglang.limits import refuse_unsupported_settings
 from egpo.rollout.sglang.tokenizer_patches import META_KEY, apply_tokenizer_patches
+from egpo.rollout.sglang.versions import sglang_targets
 
 
 class EntropySGLangHttpServer(SGLangHttpServer):
@@ -35,7 +36,8 @@ class EntropySGLangHttpServer(SGLangHttpServer):
         add_cpu_engine_settings(self.config)
         add_replica_engine_settings(self.config, self.replica_rank)
         install_process_entries(EntropyOptions.from_rollout_config(self.config))
-        apply_tokenizer_patches()
+        if not sglang_targets().entropy_via_observer:  # the observer's values reach meta_info through sglang itself
+            apply_tokenizer_patches()
         await super().launch_server(master_address=master_address, master_port=master_port)
         if getattr(self, "tokenizer_manager", None) is not None:
             capture_entropy(self)

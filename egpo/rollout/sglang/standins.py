@@ -28,6 +28,8 @@ import sys
 import types
 
 INERT = ("sgl_kernel", "torchvision")
+# the inert torchvision's version: transformers >= 5.12 parses it where sglang >= 0.5.20 imports torchvision
+TORCHVISION_VERSION = "0.28.0"
 VLLM_LAYER_MODULES = {
     "vllm.model_executor.layers.activation": "sglang.srt.layers.activation",
     "vllm.model_executor.layers.layernorm": "sglang.srt.layers.layernorm",
@@ -118,6 +120,8 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             module = types.ModuleType(spec.name)
         if kind in ("inert", "package"):
             module.__path__ = []
+        if spec.name == "torchvision":
+            module.__version__ = TORCHVISION_VERSION
         return module
 
     def exec_module(self, module):

@@ -11,6 +11,10 @@
   stand-ins must be installed before the child imports sglang, which happens while it unpickles its target, before
   any plugin loads, and the detokenizer loads no plugins at all.
 
+* **0.5.20, 0.5.23** (verl's next pin is 0.5.20): sglang's official ``SamplingObserver``, installed by the same plugin
+  entry point through ``HookRegistry`` (:mod:`egpo.rollout.sglang.observer`); no private method is patched. On a
+  CPU-only machine the children's entries are still swapped, for the stand-ins only.
+
 Any other sglang version stops start-up naming these.
 """
 
@@ -33,6 +37,11 @@ class SglangTargets:
     # the data-parallel controller (dp_size > 1) starts its schedulers from the entry the engine hands it, which
     # egpo reaches; 0.5.6.post2's controller binds sglang's own at import, out of egpo's reach
     data_parallel_reaches_schedulers: bool = False
+    # the entropy comes from sglang's official SamplingObserver (egpo.rollout.sglang.observer): no scheduler, sampler or
+    # tokenizer-manager patch; the copy_to_cpu / stream_output / decode-skip entries above are then unused
+    entropy_via_observer: bool = False
+    # sglang allocates pinned host tensors in its logits processor, which a CPU-only torch cannot (standins)
+    pins_host_tensors: bool = True
 
 
 TARGETS = {
@@ -60,6 +69,36 @@ TARGETS = {
         # piecewise CUDA graphs are on by default and turn off by themselves only with SGLANG_USE_CPU_ENGINE=1
         cpu_engine_args=(("disable_piecewise_cuda_graph", True),),
         data_parallel_reaches_schedulers=True,
+    ),
+    # verl's next pin (verl main after 0.9.1; its servers are not yet released): the official SamplingObserver
+    "0.5.20": SglangTargets(
+        verl="next",
+        scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "attn_cp_rank", "moe_dp_rank",
+                                "moe_ep_rank", "pp_rank", "dp_rank", "pipe_writer", "display_tp_rank",
+                                "display_dp_rank", "display_moe_ep_rank"),
+        copy_to_cpu_params=(),
+        stream_output_params=(),
+        decode_skip_rule="",
+        patches_via_plugin=True,
+        engine_entries_on_class=True,
+        cpu_requirements=".ci/sglang-0.5.20-cpu-requirements.txt",
+        data_parallel_reaches_schedulers=True,
+        entropy_via_observer=True,
+        pins_host_tensors=False,
+    ),
+    "0.5.23": SglangTargets(
+        verl="next",
+        scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank", "pipe_writer",
+                                "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
+        copy_to_cpu_params=(),
+        stream_output_params=(),
+        decode_skip_rule="",
+        patches_via_plugin=True,
+        engine_entries_on_class=True,
+        cpu_requirements=".ci/sglang-0.5.23-cpu-requirements.txt",
+        data_parallel_reaches_schedulers=True,
+        entropy_via_observer=True,
+        pins_host_tensors=False,
     ),
 }
 SUPPORTED = tuple(TARGETS)

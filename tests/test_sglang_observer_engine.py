@@ -1,0 +1,192 @@
+"""sglang >= 0.5.20's real ``Engine`` on the CPU with egpo's ``SamplingObserver`` (sglang's official hook), against an
+independent float64 reference (a Hugging Face forward, plain log-softmax math).
+
+Runs in an environment of its own per sglang version, without verl (sglang 0.5.20 pins transformers 5.12.1 and
+0.5.23 pins 5.19.0, outside both verl stacks), with ``--noconftest`` (README, 'sglang 0.5.20 and later'; .ci/run
+builds them); skipped wherever the installed sglang is not one egpo reads through the observer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import contextmanager
+
+import pytest
+
+
+def _observer_sglang():
+    from egpo.rollout.sglang.versions import TARGETS, installed_sglang
+
+    version = installed_sglang()
+    if version not in TARGETS or not TARGETS[version].entropy_via_observer:
+        pytest.skip(f"sglang {version} is not one egpo reads through its SamplingObserver (0.5.20, 0.5.23: their own "
+                    "environments, README)", allow_module_level=True)
+    return version
+
+
+VERSION = _observer_sglang()
+
+import torch  # noqa: E402
+
+from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from egpo.rollout.sglang.observer import META_KEY  # noqa: E402
+from egpo.rollout.sglang.process_entries import (  # noqa: E402  (installs the CPU stand-ins first)
+    install_process_entries,
+    remove_process_entries,
+)
+
+ENGINE_ARGS = dict(device="cpu", attention_backend="torch_native", dtype="float32", tp_size=1,
+                   mem_fraction_static=0.05, random_seed=0, skip_tokenizer_init=True, log_level="error",
+                   max_total_tokens=4096)
+PROMPTS = [[3, 7, 11, 2, 5], [9, 4, 4, 1], [12, 30, 6, 2, 8, 17], [5, 5, 5]]
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from egpo.demo.build import build_model
+
+    return build_model(tmp_path_factory.mktemp("observer_model"), initializer_range=0.5)
+
+
+@pytest.fixture(scope="module")
+def ref_model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager").eval()
+
+
+def reference(model, prompt_ids, output_ids, *, temperature=1.0, top_k=0, temperature_scaled=False):
+    """float64 (entropy, log prob) of each output token from one teacher-forced forward (as tests/sglang_engine.py)."""
+    ids = torch.tensor([list(prompt_ids) + list(output_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].double()
+    scaled = logits / temperature if temperature > 0 else logits
+    source = scaled if temperature_scaled else logits
+    if top_k:
+        source = source.topk(top_k, dim=-1).values
+    logp = torch.log_softmax(source, dim=-1)
+    token_logp = torch.log_softmax(scaled, dim=-1).gather(-1, torch.tensor(output_ids)[:, None])[:, 0]
+    return -(logp.exp() * logp).sum(-1), token_logp
+
+
+@contextmanager
+def engine(model_dir, options=None, *, observed=True, **engine_args):
+    """A real ``sglang.Engine``: with egpo's process entries (CPU stand-ins; the options exported, so egpo's plugin
+    installs the observer in the scheduler) or plain (the stand-ins only, no observer)."""
+    import sglang
+
+    install_process_entries(options or EntropyOptions())
+    if not observed:
+        from egpo.rollout.engine_options import ENV_VAR
+
+        os.environ.pop(ENV_VAR, None)  # egpo's plugin acts only where it is set
+    sigquit = signal.getsignal(signal.SIGQUIT)
+    try:
+        running = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
+    finally:
+        remove_process_entries()
+    try:
+        yield running
+    finally:
+        running.shutdown()
+        signal.signal(signal.SIGQUIT, sigquit)
+
+
+def generate(running, prompts, params, **kwargs):
+    return running.generate(input_ids=prompts, sampling_params=params, return_logprob=True, **kwargs)
+
+
+def check_against_reference(ref_model, prompt, out, *, temperature, top_k=0, temperature_scaled=False):
+    meta = out["meta_info"]
+    tokens = out["output_ids"]
+    entropy = meta[META_KEY]
+    assert len(entropy) == len(tokens) == len(meta["output_token_logprobs"]) > 0
+    ref_entropy, ref_logp = reference(ref_model, prompt, tokens, temperature=temperature, top_k=top_k,
+                                      temperature_scaled=temperature_scaled)
+    torch.testing.assert_close(torch.tensor(entropy, dtype=torch.float64), ref_entropy, rtol=0, atol=ATOL)
+    logp = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]], dtype=torch.float64)
+    torch.testing.assert_close(logp, ref_logp, rtol=0, atol=ATOL)
+
+
+@pytest.fixture(scope="module")
+def running(model_dir):
+    with engine(model_dir) as e:
+        yield e
+
+
+class TestObservedEngine:
+    def test_greedy_and_sampled_rows_against_float64(self, running, ref_model):
+        params = [{"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
+                  {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True},
+                  {"temperature": 0.7, "top_k": 20, "max_new_tokens": 16, "ignore_eos": True},
+                  {"temperature": 1.3, "top_p": 0.9, "max_new_tokens": 16, "ignore_eos": True}]
+        outs = generate(running, PROMPTS, params)
+        for prompt, param, out in zip(PROMPTS, params, outs):
+            check_against_reference(ref_model, prompt, out, temperature=param["temperature"])
+
+    def test_stop_token_ends_the_response_with_its_entropy(self, running, ref_model):
+        first = generate(running, [PROMPTS[0]], [{"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True}])[0]
+        stop = first["output_ids"][2]
+        out = generate(running, [PROMPTS[0]], [{"temperature": 0.0, "max_new_tokens": 8, "stop_token_ids": [stop]}])[0]
+        assert out["output_ids"][-1] == stop and len(out["output_ids"]) <= 3
+        check_against_reference(ref_model, PROMPTS[0], out, temperature=0.0)
+
+    def test_streaming_final_chunk_holds_every_value(self, running, ref_model):
+        async def stream():
+            chunks = []
+            generator = await running.async_generate(
+                input_ids=PROMPTS[1], sampling_params={"temperature": 1.0, "max_new_tokens": 12, "ignore_eos": True},
+                return_logprob=True, stream=True)
+            async for chunk in generator:
+                chunks.append(chunk)
+            return chunks
+
+        chunks = running.loop.run_until_complete(stream())  # the engine's own event loop
+        assert len(chunks) > 1
+        final = chunks[-1]
+        tokens = [t for c in chunks for t in c["output_ids"]] if len(final["output_ids"]) < 12 else final["output_ids"]
+        assert len(final["meta_info"][META_KEY]) == len(tokens) == 12
+        check_against_reference(ref_model, PROMPTS[1], {"output_ids": tokens, "meta_info": final["meta_info"]},
+                                temperature=1.0)
+
+    def test_n_samples_each_get_their_own(self, running, ref_model):
+        outs = generate(running, PROMPTS[:2], {"temperature": 1.0, "max_new_tokens": 10, "ignore_eos": True, "n": 2})
+        assert len(outs) == 4
+        for i, out in enumerate(outs):
+            check_against_reference(ref_model, PROMPTS[i // 2], out, temperature=1.0)
+
+
+@pytest.mark.parametrize("options", [EntropyOptions(top_k=5), EntropyOptions(temperature_scaled=True)])
+def test_options(model_dir, ref_model, options):
+    params = [{"temperature": t, "max_new_tokens": 10, "ignore_eos": True} for t in (0.0, 0.7, 1.3, 1.0)]
+    with engine(model_dir, options) as running:
+        outs = generate(running, PROMPTS, params)
+    for prompt, param, out in zip(PROMPTS, params, outs):
+        check_against_reference(ref_model, prompt, out, temperature=param["temperature"], top_k=options.top_k,
+                                temperature_scaled=options.temperature_scaled)
+
+
+def test_forced_retractions_keep_one_value_per_token(model_dir, ref_model, monkeypatch):
+    """sglang retracts running requests every few steps (its own test switch) and re-prefills them: each response
+    still has one value per token, each the float64 value of its position."""
+    monkeypatch.setenv("SGLANG_TEST_RETRACT", "1")
+    params = {"temperature": 1.0, "max_new_tokens": 40, "ignore_eos": True}
+    with engine(model_dir) as running:
+        outs = generate(running, PROMPTS, [params] * len(PROMPTS))
+    for prompt, out in zip(PROMPTS, outs):
+        check_against_reference(ref_model, prompt, out, temperature=1.0)
+
+
+def test_the_observer_changes_no_token_and_no_log_prob(model_dir):
+    params = [{"temperature": t, "max_new_tokens": 12, "ignore_eos": True} for t in (0.0, 1.0, 0.7, 1.3)]
+    runs = []
+    for observed in (True, False):
+        with engine(model_dir, observed=observed) as running:
+            runs.append(generate(running, PROMPTS, params))
+    observed, plain = runs
+    for a, b in zip(observed, plain):
+        assert a["output_ids"] == b["output_ids"]
+        assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
+        assert META_KEY in a["meta_info"] and META_KEY not in b["meta_info"]
