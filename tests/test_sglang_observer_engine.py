@@ -110,8 +110,10 @@ def check_against_reference(ref_model, prompt, out, *, temperature, top_k=0, tem
     torch.testing.assert_close(logp, ref_logp, rtol=0, atol=ATOL)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def running(model_dir):
+    """One engine for a test class, shut down at the class's end: never two engines at once (sglang kills the whole
+    process tree when a child of either goes away unexpectedly)."""
     with engine(model_dir) as e:
         yield e
 

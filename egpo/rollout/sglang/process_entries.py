@@ -193,7 +193,7 @@ def install_process_entries(options: EntropyOptions) -> None:
         _swap_module_entry(engine, "run_data_parallel_controller_process",
                            controller.run_data_parallel_controller_process,
                            run_data_parallel_controller_with_standins,
-                           ("server_args", "port_args", "pipe_writer", "run_scheduler_process_func"), False)
+                           targets.data_parallel_controller_params, False)
     if targets.engine_entries_on_class:
         _swap_class_entry(engine.Engine, "run_scheduler_process_func", scheduler.run_scheduler_process, scheduler_fn)
         _swap_class_entry(engine.Engine, "run_detokenizer_process_func", detokenizer_manager.run_detokenizer_process,

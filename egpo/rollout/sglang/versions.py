@@ -37,6 +37,9 @@ class SglangTargets:
     # the data-parallel controller (dp_size > 1) starts its schedulers from the entry the engine hands it, which
     # egpo reaches; 0.5.6.post2's controller binds sglang's own at import, out of egpo's reach
     data_parallel_reaches_schedulers: bool = False
+    # sglang.srt.managers.data_parallel_controller.run_data_parallel_controller_process (CPU stand-in entry)
+    data_parallel_controller_params: tuple[str, ...] = ("server_args", "port_args", "pipe_writer",
+                                                        "run_scheduler_process_func")
     # the entropy comes from sglang's official SamplingObserver (egpo.rollout.sglang.observer): no scheduler, sampler or
     # tokenizer-manager patch; the copy_to_cpu / stream_output / decode-skip entries above are then unused
     entropy_via_observer: bool = False
@@ -97,6 +100,8 @@ TARGETS = {
         engine_entries_on_class=True,
         cpu_requirements=".ci/sglang-0.5.23-cpu-requirements.txt",
         data_parallel_reaches_schedulers=True,
+        data_parallel_controller_params=("server_args", "port_args", "pipe_writer", "run_scheduler_process_func",
+                                         "prelaunched_schedulers"),
         entropy_via_observer=True,
         pins_host_tensors=False,
     ),
