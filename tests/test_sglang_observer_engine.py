@@ -30,6 +30,7 @@ VERSION = _observer_sglang()
 import torch  # noqa: E402
 
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from hf_reference import load_reference_model, reference  # noqa: E402
 from egpo.rollout.sglang.observer import META_KEY  # noqa: E402
 from egpo.rollout.sglang.process_entries import (  # noqa: E402  (installs the CPU stand-ins first)
     install_process_entries,
@@ -52,23 +53,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ref_model(model_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager").eval()
-
-
-def reference(model, prompt_ids, output_ids, *, temperature=1.0, top_k=0, temperature_scaled=False):
-    """float64 (entropy, log prob) of each output token from one teacher-forced forward (as tests/sglang_engine.py)."""
-    ids = torch.tensor([list(prompt_ids) + list(output_ids)])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].double()
-    scaled = logits / temperature if temperature > 0 else logits
-    source = scaled if temperature_scaled else logits
-    if top_k:
-        source = source.topk(top_k, dim=-1).values
-    logp = torch.log_softmax(source, dim=-1)
-    token_logp = torch.log_softmax(scaled, dim=-1).gather(-1, torch.tensor(output_ids)[:, None])[:, 0]
-    return -(logp.exp() * logp).sum(-1), token_logp
+    return load_reference_model(model_dir)
 
 
 @contextmanager

@@ -214,9 +214,12 @@ def test_plugin_patches_only_the_children_of_an_engine_egpo_launched(monkeypatch
 def test_an_unsupported_sglang_version_or_a_moved_module_names_the_supported_ones(monkeypatch):
     from egpo.rollout.sglang import guards, versions
 
-    with pytest.raises(versions.UnsupportedSglangError, match=r"supports sglang 0\.5\.6\.post2 \(verl 0\.7\.1\), 0\.5\.12 \(verl 0\.9\.1\); this environment has sglang 0\.5\.23"):
-        versions.sglang_targets("0.5.23")
-    with pytest.raises(guards.SglangPatchTargetError, match=r"sglang\.srt\.managers\.moved cannot be imported.*0\.5\.6\.post2 and 0\.5\.12"):
+    with pytest.raises(versions.UnsupportedSglangError,
+                       match=r"supports sglang 0\.5\.6\.post2 \(verl 0\.7\.1\), 0\.5\.12 \(verl 0\.9\.1\), 0\.5\.20 "
+                             r"\(verl's next release, no verl stack yet\), 0\.5\.23 .*; this environment has sglang 0\.5\.19"):
+        versions.sglang_targets("0.5.19")
+    with pytest.raises(guards.SglangPatchTargetError,
+                       match=r"sglang\.srt\.managers\.moved cannot be imported.*0\.5\.6\.post2, 0\.5\.12, 0\.5\.20, 0\.5\.23"):
         guards.import_target("sglang.srt.managers.moved")
 
 

@@ -28,7 +28,7 @@ def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
 
         raise SglangPatchTargetError(
             f"sglang {sglang_version()}: {name} has parameters {params}, egpo's patch expects {expected}. egpo "
-            f"patches sglang {' and '.join(SUPPORTED)} (egpo.rollout.sglang.versions); install one of them or update "
+            f"patches sglang {', '.join(SUPPORTED)} (egpo.rollout.sglang.versions); install one of them or update "
             "that table."
         )
 
@@ -45,5 +45,5 @@ def import_target(module: str):
     except ImportError as err:
         raise SglangPatchTargetError(
             f"sglang {sglang_version()}: {module} cannot be imported ({err}); egpo patches sglang "
-            f"{' and '.join(SUPPORTED)} (egpo.rollout.sglang.versions)"
+            f"{', '.join(SUPPORTED)} (egpo.rollout.sglang.versions)"
         ) from None

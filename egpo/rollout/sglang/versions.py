@@ -107,6 +107,7 @@ TARGETS = {
     ),
 }
 SUPPORTED = tuple(TARGETS)
+STACK_PINS = tuple(v for v, t in TARGETS.items() if t.verl != "next")  # the sglang of each released verl stack
 
 
 class UnsupportedSglangError(RuntimeError):
@@ -123,6 +124,10 @@ def installed_sglang() -> str:
         return "not installed"
 
 
+def stack_name(verl: str) -> str:
+    return "verl's next release, no verl stack yet" if verl == "next" else f"verl {verl}"
+
+
 def install_line(sglang: str) -> str:
     return f"pip install --no-deps sglang=={sglang} && pip install -r {TARGETS[sglang].cpu_requirements}"
 
@@ -131,10 +136,10 @@ def sglang_targets(version: str | None = None) -> SglangTargets:
     """The installed (or given) sglang's targets; any other version stops here, naming the supported ones."""
     version = version or installed_sglang()
     if version not in TARGETS:
-        supported = ", ".join(f"{v} (verl {t.verl})" for v, t in TARGETS.items())
+        supported = ", ".join(f"{v} ({stack_name(t.verl)})" for v, t in TARGETS.items())
         raise UnsupportedSglangError(
             f"egpo's sglang rollout entropy supports sglang {supported}; this environment has sglang {version}. "
-            f"Install the one your verl pins, e.g. {install_line(SUPPORTED[-1])}"
+            f"Install the one your verl pins, e.g. {install_line(STACK_PINS[-1])}"
         )
     return TARGETS[version]
 
