@@ -248,20 +248,7 @@ def test_warm_sampler_kernel_compiles_for_the_models_vocabulary(demo, monkeypatc
 def test_reward_model_and_teacher_replicas_keep_verls_server():
     """verl resolves a generative reward model's and a teacher's replica from the same registry: those keep verl's
     own server (verl's real replica __init__; 0.7.1 has no teacher)."""
-    import inspect
-
-    from hydra import compose, initialize_config_module
+    from replica_servers import check_side_models_keep_verls_server
     from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpServer
 
-    with initialize_config_module(config_module="egpo.config", version_base=None):
-        rollout = compose(config_name="egpo_trainer", overrides=["actor_rollout_ref.rollout.name=sglang",
-                                                                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
-                          ).actor_rollout_ref.rollout
-
-    def served(**kwargs):
-        return EntropySGLangReplica(0, rollout, None, 1, **kwargs).server_class.__ray_metadata__.modified_class
-
-    assert issubclass(served(), EntropySGLangHttpServer)  # Ray's actor class derives from the class it was given
-    assert issubclass(served(is_reward_model=True), SGLangHttpServer) and not issubclass(served(is_reward_model=True), EntropySGLangHttpServer)
-    if "is_teacher_model" in inspect.signature(EntropySGLangReplica.__mro__[1].__init__).parameters:
-        assert not issubclass(served(is_teacher_model=True), EntropySGLangHttpServer)
+    check_side_models_keep_verls_server(EntropySGLangReplica, "sglang", EntropySGLangHttpServer, SGLangHttpServer)

@@ -159,22 +159,9 @@ def test_a_run_that_reads_the_rollout_entropy_gets_egpos_vllm_replica(monkeypatc
 def test_reward_model_and_teacher_replicas_keep_verls_server():
     """A generative reward model's or a teacher's vLLM replica (resolved from the same registry) keeps verl's own
     server (verl's real replica __init__; 0.7.1 has no teacher)."""
-    import inspect
-
-    from hydra import compose, initialize_config_module
+    from replica_servers import check_side_models_keep_verls_server
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
 
     from egpo.rollout.vllm.replica import EntropyvLLMReplica
 
-    with initialize_config_module(config_module="egpo.config", version_base=None):
-        rollout = compose(config_name="egpo_trainer", overrides=["actor_rollout_ref.rollout.name=vllm",
-                                                                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]
-                          ).actor_rollout_ref.rollout
-
-    def served(**kwargs):
-        return EntropyvLLMReplica(0, rollout, None, 1, **kwargs).server_class.__ray_metadata__.modified_class
-
-    assert issubclass(served(), EntropyvLLMHttpServer)  # Ray's actor class derives from the class it was given
-    assert issubclass(served(is_reward_model=True), vLLMHttpServer) and not issubclass(served(is_reward_model=True), EntropyvLLMHttpServer)
-    if "is_teacher_model" in inspect.signature(EntropyvLLMReplica.__mro__[1].__init__).parameters:
-        assert not issubclass(served(is_teacher_model=True), EntropyvLLMHttpServer)
+    check_side_models_keep_verls_server(EntropyvLLMReplica, "vllm", EntropyvLLMHttpServer, vLLMHttpServer)

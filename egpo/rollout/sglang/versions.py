@@ -20,7 +20,7 @@ Any other sglang version stops start-up naming these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -73,39 +73,33 @@ TARGETS = {
         cpu_engine_args=(("disable_piecewise_cuda_graph", True),),
         data_parallel_reaches_schedulers=True,
     ),
-    # verl's next pin (verl main after 0.9.1; its servers are not yet released): the official SamplingObserver
-    "0.5.20": SglangTargets(
-        verl="next",
-        scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "attn_cp_rank", "moe_dp_rank",
-                                "moe_ep_rank", "pp_rank", "dp_rank", "pipe_writer", "display_tp_rank",
-                                "display_dp_rank", "display_moe_ep_rank"),
-        copy_to_cpu_params=(),
-        stream_output_params=(),
-        decode_skip_rule="",
-        patches_via_plugin=True,
-        engine_entries_on_class=True,
-        cpu_requirements=".ci/sglang-0.5.20-cpu-requirements.txt",
-        data_parallel_reaches_schedulers=True,
-        entropy_via_observer=True,
-        pins_host_tensors=False,
-    ),
-    "0.5.23": SglangTargets(
-        verl="next",
-        scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank", "pipe_writer",
-                                "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
-        copy_to_cpu_params=(),
-        stream_output_params=(),
-        decode_skip_rule="",
-        patches_via_plugin=True,
-        engine_entries_on_class=True,
-        cpu_requirements=".ci/sglang-0.5.23-cpu-requirements.txt",
-        data_parallel_reaches_schedulers=True,
-        data_parallel_controller_params=("server_args", "port_args", "pipe_writer", "run_scheduler_process_func",
-                                         "prelaunched_schedulers"),
-        entropy_via_observer=True,
-        pins_host_tensors=False,
-    ),
 }
+# verl's next pin (verl main after 0.9.1; its servers are not released yet): sglang's official SamplingObserver
+TARGETS["0.5.20"] = SglangTargets(
+    verl="next",
+    scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "attn_cp_rank", "moe_dp_rank",
+                            "moe_ep_rank", "pp_rank", "dp_rank", "pipe_writer", "display_tp_rank", "display_dp_rank",
+                            "display_moe_ep_rank"),
+    copy_to_cpu_params=(),
+    stream_output_params=(),
+    decode_skip_rule="",
+    patches_via_plugin=True,
+    engine_entries_on_class=True,
+    cpu_requirements=".ci/sglang-0.5.20-cpu-requirements.txt",
+    data_parallel_reaches_schedulers=True,
+    entropy_via_observer=True,
+    pins_host_tensors=False,
+)
+# 0.5.23: the scheduler entry lost its attention-CP / MoE-DP / EP ranks, the data-parallel controller gained
+# prelaunched schedulers; the observer is the same
+TARGETS["0.5.23"] = replace(
+    TARGETS["0.5.20"],
+    scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank", "pipe_writer",
+                            "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
+    cpu_requirements=".ci/sglang-0.5.23-cpu-requirements.txt",
+    data_parallel_controller_params=("server_args", "port_args", "pipe_writer", "run_scheduler_process_func",
+                                     "prelaunched_schedulers"),
+)
 SUPPORTED = tuple(TARGETS)
 STACK_PINS = tuple(v for v, t in TARGETS.items() if t.verl != "next")  # the sglang of each released verl stack
 
