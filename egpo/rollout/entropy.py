@@ -58,6 +58,10 @@ class EntropyOptions:
             )
         return cls(top_k=int(cfg.get("top_k", 0)), temperature_scaled=bool(cfg.get("temperature_scaled", False)))
 
+    def kernel_width(self, vocab: int) -> int:
+        """The width of the rows the kernel sees for logits of ``vocab`` entries: ``top_k`` where it cuts them."""
+        return self.top_k if 0 < self.top_k < vocab else vocab
+
     @classmethod
     def from_rollout_config(cls, rollout) -> "EntropyOptions":
         """The options in ``actor_rollout_ref.rollout.custom.entropy`` (a DictConfig or verl's RolloutConfig)."""

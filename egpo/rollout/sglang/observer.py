@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
-
-META_KEY = "output_token_entropy"  # Req.customized_info key, and so meta_info's (the 0.5.12 patch's key too)
+from egpo.rollout.sglang.tokenizer_patches import META_KEY  # also the Req.customized_info key: sglang copies it over
 
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 INIT_TARGET = f"{MODEL_RUNNER}.__init__"
@@ -55,8 +54,8 @@ class EntropyObserver:
         compiled = logits.is_cuda
         if compiled and not self.warmed:
             self.warmed = True
-            width = options.top_k if 0 < options.top_k < logits.shape[-1] else logits.shape[-1]
-            warm_compiled_kernel(width, logits.device, temperature_scaled=options.temperature_scaled)
+            warm_compiled_kernel(options.kernel_width(logits.shape[-1]), logits.device,
+                                 temperature_scaled=options.temperature_scaled)
         temperature = None
         if options.temperature_scaled and getattr(sampling_info, "temperatures", None) is not None:
             temperature = sampling_info.temperatures.reshape(-1)

@@ -36,8 +36,7 @@ def kernel_width(server_args, options: EntropyOptions) -> int:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(server_args.model_path, trust_remote_code=server_args.trust_remote_code)
-    vocab = int(config.get_text_config().vocab_size)
-    return options.top_k if 0 < options.top_k < vocab else vocab
+    return options.kernel_width(int(config.get_text_config().vocab_size))
 
 
 def warm_sampler_kernel(server_args, gpu_id: int, options: EntropyOptions, device=None) -> dict | None:

@@ -37,8 +37,8 @@ def warm_once(logits, options: EntropyOptions) -> None:
     if _state["warmed"]:
         return
     _state["warmed"] = True
-    width = options.top_k if 0 < options.top_k < logits.shape[-1] else logits.shape[-1]
-    warm_compiled_kernel(width, logits.device, temperature_scaled=options.temperature_scaled)
+    warm_compiled_kernel(options.kernel_width(logits.shape[-1]), logits.device,
+                         temperature_scaled=options.temperature_scaled)
 
 
 @patch_function
