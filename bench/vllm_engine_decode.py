@@ -29,8 +29,8 @@ class Timers:
         self.steps: list[tuple[int, float, float]] = []  # (rows sampled, entropy ms, step ms)
         self._entropy_ms, self._rows = 0.0, 0
 
-    def wrap_entropy(self, sampler_patch):
-        original = sampler_patch.token_entropy
+    def wrap_entropy(self, module):
+        original = module.token_entropy
 
         def timed(logits, *args, **kwargs):
             start = time.perf_counter()
@@ -39,7 +39,7 @@ class Timers:
             self._rows += logits.shape[0]
             return out
 
-        sampler_patch.token_entropy = timed
+        module.token_entropy = timed
         return original
 
     def wrap_step(self, engine_core):
@@ -60,17 +60,16 @@ def measure(model: Path, batches: list[int], new_tokens: int) -> list[tuple[int,
 
     from egpo.rollout.engine_options import export_options
     from egpo.rollout.entropy import EntropyOptions
-    from egpo.rollout.vllm import frontend_patch, sampler_patch, versions
+    from egpo.rollout.vllm import frontend_patch, worker_entropy
 
-    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "10",
-                       **versions.vllm_targets().engine_env})
+    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "10"})
     export_options(EntropyOptions())
     frontend_patch.apply_frontend_patch()
     llm = LLM(model=str(model), dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
               max_num_seqs=max(batches), max_num_batched_tokens=max(4096, 24 * max(batches)),
               skip_tokenizer_init=True, disable_log_stats=True)
     timers = Timers()
-    timers.wrap_entropy(sampler_patch)
+    timers.wrap_entropy(worker_entropy)
     timers.wrap_step(llm.llm_engine.engine_core.engine_core)
     rows = []
     for bs in batches:

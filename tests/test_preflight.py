@@ -176,6 +176,21 @@ def test_the_vllm_arms_of_the_gpu_recipes_pass_the_preflight(arm, demo, workdir,
     assert status == 0, findings_text(lines)
 
 
+@pytest.mark.parametrize("version, note", [("0.24.0", None), ("0.30.0", "between vllm 0.29.0 and 0.32.0")])
+def test_the_preflight_says_which_tested_vllm_versions_bracket_an_untested_one(demo, workdir, monkeypatch, version,
+                                                                              note):
+    from egpo.ablation import ARMS
+    from egpo.rollout.vllm import versions
+
+    monkeypatch.setattr(versions, "installed_vllm", lambda: version)
+    status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["egpo_rollout_vllm"])
+    text = findings_text(lines)
+    assert status == 0, text
+    assert ("is not itself tested" in text) is (note is not None)
+    if note:
+        assert f"vllm {version} is not itself tested" in text and note in text
+
+
 def test_a_vllm_arm_that_reads_rollout_entropy_without_vllm_is_refused(demo, workdir, monkeypatch):
     from egpo.ablation import ARMS
     from egpo.rollout.vllm import versions

@@ -215,8 +215,9 @@ def test_an_unsupported_sglang_version_or_a_moved_module_names_the_supported_one
     from egpo.rollout.sglang import guards, versions
 
     with pytest.raises(versions.UnsupportedSglangError,
-                       match=r"supports sglang 0\.5\.6\.post2 \(verl 0\.7\.1\), 0\.5\.12 \(verl 0\.9\.1\), 0\.5\.20 "
-                             r"\(verl's next release, no verl stack yet\), 0\.5\.23 .*; this environment has sglang 0\.5\.19"):
+                       match=r"supports sglang 0\.5\.6\.post2; 0\.5\.12; 0\.5\.20 to 0\.5\.23 \(tested: 0\.5\.6\.post2 "
+                             r"\(verl 0\.7\.1\), 0\.5\.12 \(verl 0\.9\.1\), 0\.5\.20 \(verl's next release, no verl stack "
+                             r"yet\), 0\.5\.23 .*\); this environment has sglang 0\.5\.19"):
         versions.sglang_targets("0.5.19")
     with pytest.raises(guards.SglangPatchTargetError,
                        match=r"sglang\.srt\.managers\.moved cannot be imported.*0\.5\.6\.post2, 0\.5\.12, 0\.5\.20, 0\.5\.23"):

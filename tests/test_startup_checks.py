@@ -117,17 +117,18 @@ def installed_vllm(monkeypatch):
     return install
 
 
-@pytest.mark.parametrize("version", ["0.12.0", "0.24.0"])
+@pytest.mark.parametrize("version", ["0.12.0", "0.24.0", "0.29.0", "0.33.0", "0.30.0"])
 def test_vllm_rollout_entropy_runs_on_the_versions_egpo_patches(installed_vllm, version):
     installed_vllm(version)
     checks(smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))
 
 
-@pytest.mark.parametrize("version, found", [(None, "vllm is not installed"), ("0.11.0", "vllm 0.11.0 is installed")])
+@pytest.mark.parametrize("version, found", [(None, "vllm is not installed"), ("0.11.0", "vllm 0.11.0 is installed"),
+                                            ("0.34.0", "vllm 0.34.0 is installed")])
 def test_vllm_rollout_entropy_on_another_vllm_is_refused_before_ray(installed_vllm, version, found):
     installed_vllm(version)
     cfg = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda")
-    with pytest.raises(EgpoConfigError, match=rf"needs vllm 0.12.0, 0.24.0, 0.32.0.*{found}.*pip install vllm==0.12.0 "
+    with pytest.raises(EgpoConfigError, match=rf"needs vllm 0.12.0; 0.24.0 to 0.33.0.*{found}.*pip install vllm==0.12.0 "
                                               r"with verl 0.7.1.*\+\+algorithm.entropy_source=actor") as err:
         checks(cfg)
     [fix] = err.value.fixes
@@ -152,10 +153,14 @@ def test_vllm_entropy_limits_are_checked_at_start_up(installed_vllm, override, m
 
 
 def test_the_model_runner_egpo_does_not_patch_is_refused_at_start_up(installed_vllm, monkeypatch):
-    installed_vllm("0.24.0")
+    """vLLM 0.12.0's Model Runner V2 (opt-in there) has a sampler egpo does not patch; from 0.24.0 egpo serves it."""
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    config = smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda")
+    installed_vllm("0.12.0")
     with pytest.raises(EgpoConfigError, match="VLLM_USE_V2_MODEL_RUNNER=1.*unset it"):
-        checks(smoke("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"))
+        checks(config)
+    installed_vllm("0.24.0")
+    checks(config)
 
 
 @pytest.mark.parametrize("override, message", [

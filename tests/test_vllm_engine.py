@@ -26,7 +26,7 @@ from reference import entropy_rows_ref  # noqa: E402
 
 from egpo.rollout.engine_options import ENV_VAR, export_options  # noqa: E402
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
-from egpo.rollout.vllm import frontend_patch, sampler_patch, versions  # noqa: E402
+from egpo.rollout.vllm import frontend_patch, sampler_patch, worker_entropy  # noqa: E402
 
 PROMPTS = [[5, 9, 14, 22, 31], [40, 41, 42], [7, 7, 8, 9, 10, 11, 12]]
 MAX_TOKENS = 12
@@ -45,8 +45,7 @@ def llm(model_dir):
     from vllm import LLM
 
     saved = dict(os.environ)
-    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-                       **versions.vllm_targets(ENGINE).engine_env})
+    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})
     export_options(EntropyOptions())  # what gates egpo's plugin in vLLM's processes
     frontend_patch.apply_frontend_patch()
     engine = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
@@ -105,11 +104,11 @@ def test_entropy_per_token_against_float64(llm, hf_model, temperatures):
                          ids=["top_k", "temperature_scaled"])
 def test_entropy_options_on_the_engine(llm, hf_model, options):
     temperatures = [0.7, 1.0, 1.3]
-    sampler_patch._state["options"] = options  # what the plugin reads from the server's options in each process
+    worker_entropy.set_options(options)  # what the plugin reads from the server's options in each process
     try:
         outputs = generate(llm, temperatures)
     finally:
-        sampler_patch._state["options"] = EntropyOptions()
+        worker_entropy.set_options(EntropyOptions())
     for prompt, t, out in zip(PROMPTS, temperatures, outputs):
         logits = reference_logits(hf_model, prompt, list(out.token_ids))
         temperature = [t] * len(logits) if options.temperature_scaled else None
@@ -135,7 +134,7 @@ def test_sampled_tokens_and_log_probs_are_those_of_an_unpatched_engine(llm):
 
     temperatures = [1.0, 0.7, 0.0]
     patched = generate(llm, temperatures)
-    options = sampler_patch._state["options"]
+    options = worker_entropy.current_options()
     sampler_patch.remove_sampler_patch()
     frontend_patch.remove_frontend_patch()
     try:

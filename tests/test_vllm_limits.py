@@ -11,10 +11,20 @@ def rollout(**values):
     return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(values))
 
 
-def test_plain_settings_pass():
-    assert unsupported_settings(rollout(), environ={}) == []
+@pytest.mark.parametrize("version", ["0.12.0", "0.24.0", "0.33.0"])
+def test_plain_settings_pass(version):
+    assert unsupported_settings(rollout(), environ={}, vllm_version=version) == []
     assert unsupported_settings(rollout(engine_kwargs={"vllm": {"max_logprobs": 20}}), environ={
-        "VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_PLUGINS": "lora_resolver,egpo_rollout_entropy"}) == []
+        "VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_PLUGINS": "lora_resolver,egpo_rollout_entropy"},
+        vllm_version=version) == []
+
+
+@pytest.mark.parametrize("version, served", [("0.12.0", False), ("0.24.0", True), ("0.29.0", True), ("0.33.0", True)])
+def test_model_runner_v2_is_refused_only_where_egpo_does_not_patch_its_sampler(version, served):
+    problems = unsupported_settings(rollout(), environ={"VLLM_USE_V2_MODEL_RUNNER": "1"}, vllm_version=version)
+    assert (problems == []) == served
+    if not served:
+        assert "VLLM_USE_V2_MODEL_RUNNER=0" in problems[0]
 
 
 def test_the_plugin_name_is_egpos_entry_point():
@@ -34,7 +44,8 @@ def test_the_plugin_name_is_egpos_entry_point():
     ({"mtp": {"enable": True, "enable_rollout": True}}, {}, "actor_rollout_ref.rollout.mtp.enable_rollout=false"),
     ({"pipeline_model_parallel_size": 2}, {}, "use 1"),
     ({"disaggregation": {"enabled": True}}, {}, "actor_rollout_ref.rollout.disaggregation.enabled=false"),
-    ({}, {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "VLLM_USE_V2_MODEL_RUNNER=0"),
+    ({"engine_kwargs": {"vllm": {"enable_batch_sharded_sampling": True}}}, {},
+     "~actor_rollout_ref.rollout.engine_kwargs.vllm.enable_batch_sharded_sampling"),
     ({}, {"VLLM_PLUGINS": "lora_resolver"}, "VLLM_PLUGINS=lora_resolver,egpo_rollout_entropy"),
     ({}, {"VLLM_PLUGINS": ""}, "VLLM_PLUGINS=egpo_rollout_entropy"),
 ])

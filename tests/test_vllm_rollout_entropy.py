@@ -17,7 +17,8 @@ from egpo.rollout.entropy import EntropyOptions  # noqa: E402
 from reference import entropy_rows_ref  # noqa: E402
 from egpo.rollout.vllm import frontend_patch, sampler_patch  # noqa: E402
 from egpo.rollout.vllm.entropy_column import ENTROPY_COLUMN_ID  # noqa: E402
-from egpo.rollout.vllm.versions import SUPPORTED, VllmPatchTargetError, check_targets, vllm_targets  # noqa: E402
+from egpo.rollout.vllm.versions import (  # noqa: E402
+    SUPPORTED, TARGETS, VllmPatchTargetError, check_targets, vllm_targets)
 
 V = 50
 
@@ -47,9 +48,21 @@ def patched():
 
 def test_installed_version_is_supported_and_its_targets_have_their_shape():
     assert vllm.__version__ in SUPPORTED
-    check_targets()
-    with pytest.raises(VllmPatchTargetError, match="needs vllm 0.12.0, 0.24.0, 0.32.0"):
+    assert check_targets() is TARGETS[vllm.__version__]
+    with pytest.raises(VllmPatchTargetError, match=r"needs vllm 0\.12\.0; 0\.24\.0 to 0\.33\.0"):
         vllm_targets("0.11.2")
+
+
+def test_a_version_inside_a_range_runs_with_the_bracketing_table_its_classes_match():
+    """Checked by shape on these real classes as if they were an untested 0.26.0 (between tested 0.24.0 and 0.29.0):
+    0.24.0's classes match 0.24.0's table, 0.29.0's and 0.33.0's match 0.29.0's (their log-prob tensors have one
+    field more); 0.12.0's are outside that range's shapes altogether."""
+    installed = vllm.__version__
+    if installed == "0.12.0":
+        with pytest.raises(VllmPatchTargetError, match=r"against vllm 0\.24\.0's table.*against vllm 0\.29\.0's table"):
+            check_targets("0.26.0")
+    else:
+        assert check_targets("0.26.0") is TARGETS["0.24.0" if installed == "0.24.0" else "0.29.0"]
 
 
 @pytest.mark.parametrize("temperature", [[1.0] * 6, [0.0, 0.7, 1.0, 0.0, 1.3, 0.5], [0.0] * 6])
@@ -248,14 +261,16 @@ def test_the_compiled_kernel_is_warmed_once_before_the_first_kernel_call(patched
     never samples one row) before its own kernel call, once per worker; the values are unchanged."""
     from vllm.v1.sample.sampler import Sampler
 
+    from egpo.rollout.vllm import worker_entropy
+
     calls = []
-    monkeypatch.setattr(sampler_patch, "uses_compiled_kernel", lambda logits: True)
-    monkeypatch.setitem(sampler_patch._state, "warmed", False)
-    monkeypatch.setattr(sampler_patch, "warm_compiled_kernel",
+    monkeypatch.setattr(worker_entropy, "uses_compiled_kernel", lambda logits: True)
+    monkeypatch.setitem(worker_entropy._state, "warmed", False)
+    monkeypatch.setattr(worker_entropy, "warm_compiled_kernel",
                         lambda width, device, temperature_scaled: calls.append(("warm", width, str(device),
                                                                                 temperature_scaled)))
-    real = sampler_patch.token_entropy
-    monkeypatch.setattr(sampler_patch, "token_entropy",
+    real = worker_entropy.token_entropy
+    monkeypatch.setattr(worker_entropy, "token_entropy",
                         lambda logits, compiled, **kw: calls.append(("kernel", logits.shape[0], compiled)) or
                         real(logits, compiled=False, **kw))
     patched(options)

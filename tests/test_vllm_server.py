@@ -86,17 +86,14 @@ def test_a_worker_without_the_patch_stops_the_request_with_the_fix(frontend, wan
 
 
 def test_prepare_exports_the_options_and_patches_the_front_end(monkeypatch):
-    from egpo.rollout.vllm.versions import vllm_targets
-
     monkeypatch.setenv(ENV_VAR, "{}")  # restored afterwards, whatever the server sets
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "")
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     rollout = OmegaConf.create({"custom": {"entropy": {"top_k": 7, "temperature_scaled": True}},
                                 "pipeline_model_parallel_size": 1, "engine_kwargs": {"vllm": {}}})
     try:
         assert prepare_entropy_engine(rollout) == EntropyOptions(top_k=7, temperature_scaled=True)
         assert read_options() == EntropyOptions(top_k=7, temperature_scaled=True)
-        for key, value in vllm_targets().engine_env.items():  # 0.24.0: the V1 model runner, whose sampler is patched
-            assert os.environ[key] == value
+        assert "VLLM_USE_V2_MODEL_RUNNER" not in os.environ  # the model runner stays vLLM's choice
         from vllm.v1.engine.logprobs import LogprobsProcessor
 
         assert LogprobsProcessor._update_sample_logprobs is frontend_patch.entropy_update_sample_logprobs
@@ -109,17 +106,25 @@ def test_plugin_acts_only_for_an_engine_egpo_launched(monkeypatch):
 
     from vllm.v1.sample.sampler import Sampler
 
+    from egpo.rollout.vllm import runner_v2_patch, worker_entropy
+    from egpo.rollout.vllm.versions import vllm_targets
+
+    v2_sampler = __import__("vllm.v1.worker.gpu.sample.sampler", fromlist=["Sampler"]).Sampler
     assert "egpo.rollout.vllm.plugin:load" in {e.value for e in entry_points(group="vllm.general_plugins")}
     monkeypatch.delenv(ENV_VAR, raising=False)
     plugin.load()
     assert Sampler.forward is not sampler_patch.entropy_forward  # any other vLLM user: untouched
+    assert v2_sampler.__call__ is not runner_v2_patch.entropy_call
     monkeypatch.setenv(ENV_VAR, '{"top_k": 3, "temperature_scaled": false}')
     try:
         plugin.load()
         assert Sampler.forward is sampler_patch.entropy_forward
-        assert sampler_patch._state["options"] == EntropyOptions(top_k=3)
+        # Model Runner V2's sampler too, where egpo serves it (0.24.0+): whichever runner vLLM picks is patched
+        assert (v2_sampler.__call__ is runner_v2_patch.entropy_call) is vllm_targets().serves_runner_v2
+        assert worker_entropy.current_options() == EntropyOptions(top_k=3)
     finally:
         sampler_patch.remove_sampler_patch()
+        runner_v2_patch.remove_runner_v2_patch()
     assert os.environ[ENV_VAR]
 
 

@@ -1,5 +1,6 @@
 """Preflight findings on the GPU paths a config will take, before the first GPU hour: how the actor's entropy is
-computed, whether replicas share one engine seed, and which servers a reward model or teacher gets."""
+computed, whether replicas share one engine seed, which servers a reward model or teacher gets, and whether the
+rollout engine is a tested version or one inside a tested range."""
 
 from __future__ import annotations
 
@@ -71,5 +72,23 @@ def side_model_findings(config) -> list[Finding]:
     return findings
 
 
+def engine_version_findings(config) -> list[Finding]:
+    """A rollout engine inside a tested range but not itself tested (package metadata only, no engine import)."""
+    name = _select(config, "actor_rollout_ref.rollout.name")
+    if name == "vllm":
+        from egpo.rollout.vllm import versions as engine_versions
+
+        version = engine_versions.installed_vllm()
+    elif name == "sglang":
+        from egpo.rollout.sglang import versions as engine_versions
+
+        version = engine_versions.installed_sglang()
+    else:
+        return []
+    note = engine_versions.untested_note(version) if version not in (None, "not installed") else None
+    return [warning("engines", note)] if note else []
+
+
 def engine_findings(config) -> list[Finding]:
-    return [*actor_entropy_findings(config), *seed_findings(config), *side_model_findings(config)]
+    return [*actor_entropy_findings(config), *seed_findings(config), *side_model_findings(config),
+            *engine_version_findings(config)]

@@ -1,4 +1,4 @@
-"""Rollout settings under which sglang (0.5.6.post2, 0.5.12) returns no, or wrong, per-token entropy.
+"""Rollout settings under which sglang returns no, or wrong, per-token entropy.
 
 Checked at start-up (before Ray starts) and again by the server before sglang launches. No sglang import here.
 verl spreads ``engine_kwargs.sglang`` last into sglang's server arguments, so the same settings are refused there
@@ -28,11 +28,31 @@ ENGINE_KWARGS_LIMITS = {
 }
 
 
+# sglang 0.5.20+: egpo's SamplingObserver takes the entropy after penalties and before the grammar mask, logit_bias,
+# temperature and custom logit processors (egpo.rollout.sglang.observer); settings under which the sampled
+# distribution would then differ from the one the entropy describes, or under which sglang runs no observer
+AFTER_OBSERVER = ("apply after egpo's SamplingObserver takes the entropy, so it would not describe the distribution the "
+                  "tokens are drawn from")
+GRAMMAR_OR_BIAS_KEYS = ("logit_bias", "json_schema", "regex", "ebnf", "structural_tag", "custom_params")
+OBSERVER_LIMITS = {
+    "enable_custom_logit_processor": (bool, f"custom logit processors {AFTER_OBSERVER}"),
+    "preferred_sampling_params": (lambda v: any(key in str(v) for key in GRAMMAR_OR_BIAS_KEYS),
+                                  f"default grammars and logit_bias {AFTER_OBSERVER}"),
+    "dllm_algorithm": (lambda v: v not in (None, "", "None", "none"),
+                       "sglang runs no SamplingObserver for diffusion language models"),
+}
+
+
+def _installed_targets():
+    """The installed sglang's table, as far as it is known without importing sglang."""
+    from egpo.rollout.sglang.versions import targets_without_import
+
+    return targets_without_import()
+
+
 def _data_parallel_reaches_schedulers() -> bool:
     """Whether the installed sglang's data-parallel controller runs egpo's scheduler entry (no sglang import)."""
-    from egpo.rollout.sglang.versions import TARGETS, installed_sglang
-
-    targets = TARGETS.get(installed_sglang())
+    targets = _installed_targets()
     return targets is not None and targets.data_parallel_reaches_schedulers
 
 
@@ -41,9 +61,12 @@ def _engine_kwargs_problems(config) -> list[str]:
     sglang = (engine_kwargs.get("sglang", None) if hasattr(engine_kwargs, "get") else
               getattr(engine_kwargs, "sglang", None)) or {}
     allowed = {"dp_size"} if _data_parallel_reaches_schedulers() else set()
+    targets = _installed_targets()
+    limits = {**ENGINE_KWARGS_LIMITS, **(OBSERVER_LIMITS if targets is not None and targets.entropy_via_observer
+                                         else {})}
     return [
         f"{ENGINE_KWARGS_PREFIX}.{key}={sglang[key]}: {why}; remove it (~{ENGINE_KWARGS_PREFIX}.{key})"
-        for key, (is_set, why) in ENGINE_KWARGS_LIMITS.items()
+        for key, (is_set, why) in limits.items()
         if key in sglang and key not in allowed and is_set(sglang[key])
     ]
 

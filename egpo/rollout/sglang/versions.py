@@ -15,12 +15,19 @@
   entry point through ``HookRegistry`` (:mod:`egpo.rollout.sglang.observer`); no private method is patched. On a
   CPU-only machine the children's entries are still swapped, for the stand-ins only.
 
-Any other sglang version stops start-up naming these.
+The tested versions form ranges (:data:`RANGES`; CI runs both ends of each on real engines). A version inside a range
+that is not itself tested runs with the table of the bracketing tested version whose process entries it matches
+(:mod:`egpo.compat.version_ranges`), and then passes the same shape checks; any other sglang stops start-up naming the
+ranges.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from egpo.compat.version_ranges import bracket_note, candidates, describe
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ TARGETS["0.5.23"] = replace(
                                      "prelaunched_schedulers"),
 )
 SUPPORTED = tuple(TARGETS)
+RANGES = (("0.5.6.post2", "0.5.6.post2"), ("0.5.12", "0.5.12"), ("0.5.20", "0.5.23"))
 STACK_PINS = tuple(v for v, t in TARGETS.items() if t.verl != "next")  # the sglang of each released verl stack
 
 
@@ -127,15 +135,51 @@ def install_line(sglang: str) -> str:
 
 
 def sglang_targets(version: str | None = None) -> SglangTargets:
-    """The installed (or given) sglang's targets; any other version stops here, naming the supported ones."""
+    """The installed (or given) sglang's targets; outside the tested ranges it stops here, naming them."""
     version = version or installed_sglang()
-    if version not in TARGETS:
+    found = candidates(version, TARGETS, RANGES)
+    if not found:
         supported = ", ".join(f"{v} ({stack_name(t.verl)})" for v, t in TARGETS.items())
         raise UnsupportedSglangError(
-            f"egpo's sglang rollout entropy supports sglang {supported}; this environment has sglang {version}. "
-            f"Install the one your verl pins, e.g. {install_line(STACK_PINS[-1])}"
+            f"egpo's sglang rollout entropy supports sglang {describe(RANGES)} (tested: {supported}); this "
+            f"environment has sglang {version}. Install the one your verl pins, e.g. {install_line(STACK_PINS[-1])}"
         )
-    return TARGETS[version]
+    return TARGETS[found[0]] if len(found) == 1 else _matching_table(version, found)
+
+
+def targets_without_import(version: str | None = None) -> SglangTargets | None:
+    """What is decided before sglang is imported (the same for every version of one range); None outside them."""
+    found = candidates(version or installed_sglang(), TARGETS, RANGES)
+    return TARGETS[found[0]] if found else None
+
+
+def untested_note(version: str | None = None) -> str | None:
+    """Said once at start-up for a version inside a range that is not itself tested."""
+    return bracket_note("sglang", version or installed_sglang(), TARGETS, RANGES)
+
+
+def _parameters(function) -> tuple[str, ...]:
+    return tuple(inspect.signature(function).parameters)
+
+
+@lru_cache(maxsize=None)
+def _matching_table(version: str, found: tuple[str, ...]) -> SglangTargets:
+    """Of the bracketing tested versions, the first whose process entries the installed sglang has (the same answer
+    in every process of one installation)."""
+    from egpo.rollout.sglang.guards import import_target
+
+    scheduler = import_target("sglang.srt.managers.scheduler").run_scheduler_process
+    controller = import_target("sglang.srt.managers.data_parallel_controller").run_data_parallel_controller_process
+    shapes = (_parameters(scheduler), _parameters(controller))
+    for tested in found:
+        table = TARGETS[tested]
+        if shapes == (table.scheduler_entry_params, table.data_parallel_controller_params):
+            return table
+    raise UnsupportedSglangError(
+        f"sglang {version} lies between the tested {' and '.join(found)}, but its run_scheduler_process{shapes[0]} / "
+        f"run_data_parallel_controller_process{shapes[1]} match neither table (egpo.rollout.sglang.versions). Install "
+        f"a tested sglang, e.g. {install_line(found[-1])}"
+    )
 
 
 # sglang's switch for chunked log-prob processing (both versions: sglang.srt.environ.Envs, chunks of

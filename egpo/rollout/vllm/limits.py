@@ -12,7 +12,8 @@ import os
 ENGINE_KWARGS_PREFIX = "actor_rollout_ref.rollout.engine_kwargs.vllm"
 SPECULATIVE = ("speculative decoding samples through vLLM's rejection sampler, which calls the sampler for the bonus "
                "token only, so most tokens would have no entropy")
-# the environment variable that selects vLLM's Model Runner V2 (its own sampler, which egpo does not patch)
+# the environment variable that selects vLLM's Model Runner V2 (its own sampler, which egpo patches where the installed
+# vLLM's table serves it: egpo.rollout.vllm.versions)
 V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 # vLLM's allow-list of plugins (comma-separated entry-point names; unset: all), and egpo's entry point (pyproject.toml)
 PLUGINS_VAR = "VLLM_PLUGINS"
@@ -33,11 +34,19 @@ def _engine_kwargs(config) -> dict:
     return dict(vllm or {})
 
 
-def unsupported_settings(config, environ=None) -> list[str]:
-    """Every problem, each with its fix; ``config`` is ``actor_rollout_ref.rollout``."""
+def unsupported_settings(config, environ=None, vllm_version: str | None = None) -> list[str]:
+    """Every problem, each with its fix; ``config`` is ``actor_rollout_ref.rollout``, ``vllm_version`` the vLLM the
+    rollout runs (default: the installed one)."""
+    from egpo.rollout.vllm.versions import TARGETS, installed_vllm
+
     environ = os.environ if environ is None else environ
+    targets = TARGETS.get(vllm_version or installed_vllm())
     problems = []
     kwargs = _engine_kwargs(config)
+    if bool(kwargs.get("enable_batch_sharded_sampling") or False):
+        problems.append(f"{ENGINE_KWARGS_PREFIX}.enable_batch_sharded_sampling: Model Runner V2 gathers each rank's "
+                        "sampled log probs at the width vLLM asked for, without the entropy column; remove it "
+                        f"(~{ENGINE_KWARGS_PREFIX}.enable_batch_sharded_sampling)")
     if _is_set(kwargs.get("speculative_config")):
         problems.append(f"{ENGINE_KWARGS_PREFIX}.speculative_config: {SPECULATIVE}; remove it "
                         f"(~{ENGINE_KWARGS_PREFIX}.speculative_config)")
@@ -62,9 +71,11 @@ def unsupported_settings(config, environ=None) -> list[str]:
         problems.append(f"{PLUGINS_VAR}={allowed}: vLLM loads only the plugins it names, so its workers would run "
                         f"without egpo's sampler patch; add egpo's ({PLUGINS_VAR}={allowed + ',' if allowed else ''}"
                         f"{PLUGIN_NAME}) or unset it")
-    if str(environ.get(V2_RUNNER, "")).strip().lower() in ("1", "true"):
-        problems.append(f"{V2_RUNNER}={environ[V2_RUNNER]}: vLLM's Model Runner V2 samples with its own sampler, which "
-                        f"egpo does not patch; unset it (egpo runs vLLM's V1 model runner, {V2_RUNNER}=0)")
+    if str(environ.get(V2_RUNNER, "")).strip().lower() in ("1", "true") and targets is not None \
+            and not targets.serves_runner_v2:
+        problems.append(f"{V2_RUNNER}={environ[V2_RUNNER]}: this vLLM's Model Runner V2 samples with a sampler egpo "
+                        f"does not patch (egpo serves V2 from vLLM 0.24.0); unset it (vLLM's V1 model runner, "
+                        f"{V2_RUNNER}=0)")
     return problems
 
 

@@ -71,14 +71,11 @@ class EntropyvLLMHttpServer(vLLMHttpServer):
 
 
 def prepare_entropy_engine(rollout_config) -> EntropyOptions:
-    """In the server's process, before vLLM starts its own: settings and targets checked, options and the model
-    runner's environment exported, front end patched."""
-    import os
-
+    """In the server's process, before vLLM starts its own: settings and targets checked, options exported, front end
+    patched. The model runner is vLLM's choice: egpo's plugin patches the sampler of each one it serves."""
     refuse_unsupported_settings(rollout_config)
-    targets = check_targets()
+    check_targets()
     options = EntropyOptions.from_rollout_config(rollout_config)
     export_options(options)
-    os.environ.update(targets.engine_env)
     apply_frontend_patch()
     return options
