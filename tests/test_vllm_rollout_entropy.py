@@ -283,3 +283,37 @@ def test_the_compiled_kernel_is_warmed_once_before_the_first_kernel_call(patched
     width = options.top_k or V
     assert calls == [("warm", width, "cpu", options.temperature_scaled), ("kernel", 6, True), ("kernel", 1, True),
                      ("kernel", 6, True)]
+
+
+@pytest.mark.skipif(not vllm_targets().serves_runner_v2, reason="vLLM 0.12.0: egpo serves the V1 model runner only")
+@pytest.mark.parametrize("options", [EntropyOptions(), EntropyOptions(top_k=5, temperature_scaled=True)])
+def test_runner_v2_takes_the_entropy_before_its_in_place_temperature(monkeypatch, options):
+    """Model Runner V2's real ``SamplingStates.apply_temperature``, wrapped: the entropy of the logits it is handed,
+    before it divides them in place. Its Triton kernel is replaced by the same division in torch (no Triton here; the
+    engine test runs the kernel, tests/test_vllm_engine.py), and its pinned buffers by their host arrays."""
+    from types import SimpleNamespace
+
+    from vllm.v1.worker.gpu.sample import states as states_module
+
+    from egpo.rollout.vllm import runner_v2_patch
+
+    def divide(logits, expanded_idx_mapping, temperature):
+        t = temperature[expanded_idx_mapping]
+        logits.div_(torch.where(t > 0, t, torch.ones_like(t)).unsqueeze(1))
+
+    monkeypatch.setattr(states_module, "apply_temperature", divide)
+    runner_v2_patch.apply_runner_v2_patch(options)
+    try:
+        temperature = np.array([0.0, 0.7, 1.0, 0.0, 1.3, 0.5], dtype=np.float32)
+        states = states_module.SamplingStates.__new__(states_module.SamplingStates)
+        states.temperature = SimpleNamespace(np=temperature, gpu=torch.from_numpy(temperature))
+        logits = batch_logits()
+        raw = logits.clone()
+        rows = np.array([5, 4, 3, 2, 1, 0])  # the batch's rows in another order than the requests' slots
+        states.apply_temperature(logits, torch.from_numpy(rows), rows)
+        entropy = getattr(states, runner_v2_patch.STASH)
+        scaled = temperature[rows].tolist() if options.temperature_scaled else None
+        torch.testing.assert_close(entropy.double(), entropy64(raw, scaled, options.top_k), rtol=1e-5, atol=1e-5)
+        assert not torch.equal(logits, raw)  # V2 went on to divide them
+    finally:
+        runner_v2_patch.remove_runner_v2_patch()
