@@ -13,6 +13,7 @@ from vllm_classes import OutputProcessorEngine, require_vllm
 
 pytestmark = pytest.mark.vllm
 require_vllm()
+pytest.importorskip("verl", reason="egpo's vLLM server is verl's: the verl stacks' vLLM layers run these tests")
 
 from omegaconf import OmegaConf  # noqa: E402
 
