@@ -10,6 +10,10 @@ the share is (a) / (b) on the same steps. Only decode steps where every request 
 prefill step is left out). Models: the demo Qwen3 with vLLM's CPU attention's head size (V=80) and a random-weight
 model with Qwen3-0.6B's shape (V=151936, 28 layers, hidden 1024), fp32, built locally; prompts are token ids, so no
 tokenizer is loaded.
+
+The V1 model runner by default; Model Runner V2 with ``EGPO_TEST_VLLM_RUNNER=v2`` and upstream triton on
+``PYTHONPATH`` (as the engine test runs it: V2's Triton kernels in Triton's interpreter, which makes V2's own step
+far slower than on any real device, so its share here is a lower bound, not a V2 figure to compare with V1's).
 """
 
 from __future__ import annotations
@@ -102,8 +106,9 @@ def main() -> None:
             ctx = multiprocessing.get_context("spawn")
             with ctx.Pool(1) as pool:
                 results[name] = pool.apply(_measure_one, (name, tmp, args.batches, args.new_tokens))
-    print(f"vllm {vllm.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, eager entropy, "
-          f"{args.new_tokens} new tokens a request, medians over decode steps")
+    runner = "Model Runner V2 (Triton's interpreter)" if os.environ.get("EGPO_TEST_VLLM_RUNNER") == "v2" else "V1"
+    print(f"vllm {vllm.__version__}, {runner}, torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, "
+          f"eager entropy, {args.new_tokens} new tokens a request, medians over decode steps")
     print("| model | batch | step (ms) | entropy (ms) | entropy share of the step |")
     print("|---|---|---|---|---|")
     for name, rows in results.items():
@@ -112,6 +117,16 @@ def main() -> None:
 
 
 def _measure_one(name: str, tmp: str, batches: list[int], new_tokens: int):
+    if os.environ.get("EGPO_TEST_VLLM_RUNNER") == "v2":  # before vLLM is imported in this (spawned) process
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from vllm_triton_interpreter import install, route_top_k_top_p_to_torch
+
+        install()
+        import vllm  # noqa: F401
+
+        route_top_k_top_p_to_torch()
     model = build_bench_model(Path(tmp) / name, name, seed=3, head_dim=32)  # vLLM's CPU attention: head size >= 32
     return measure(model, batches, new_tokens)
 
