@@ -66,16 +66,25 @@ def identify(path: Path) -> tuple[str, int]:
     return path.stem, 0
 
 
-def load_runs(root: Path) -> dict[str, dict[int, Series]]:
-    """arm -> seed -> step -> metrics."""
+def load_runs(root: Path, left_out: list[str] | None = None) -> dict[str, dict[int, Series]]:
+    """arm -> seed -> step -> metrics. An ablation run directory (``run.json``) counts once it finished
+    (``done.json``); the names of the others go to ``left_out``. A running attempt's own file is never read."""
+    from egpo.run_state import ATTEMPT_METRICS, DONE, RUN
+
     runs: dict[str, dict[int, Series]] = defaultdict(dict)
     for path in sorted(root.rglob("*.jsonl")):
+        if path.name == ATTEMPT_METRICS:
+            continue
+        if (path.parent / RUN).exists() and not (path.parent / DONE).exists():
+            if left_out is not None:
+                left_out.append(path.parent.name)
+            continue
         series = read_metrics(path)
         if series:
             arm, seed = identify(path)
             runs[arm][seed] = series
     if not runs:
-        raise SystemExit(f"no metrics (*.jsonl from verl's file logger) under {root}")
+        raise SystemExit(f"no finished runs' metrics (*.jsonl from verl's file logger) under {root}")
     return dict(runs)
 
 
@@ -281,12 +290,16 @@ def significance_summary(found_by_metric: dict[str, list], adjusted: dict[str, l
 
 
 def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo") -> Path:
-    runs = load_runs(root)
+    left_out: list[str] = []
+    runs = load_runs(root, left_out)
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
     steps = steps or sorted({max(1, last // 2), last})
     lines = [f"# EGPO ablation report: {root}", "",
              f"Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
              f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
+    if left_out:
+        lines += [f"Left out, not finished (`python -m egpo.ablation --status {root}`): {', '.join(sorted(left_out))}.",
+                  ""]
     present = [metric for metric in METRICS
                if any(metric in m for seeds in runs.values() for series in seeds.values() for m in series.values())]
     compared = baseline in runs and len(runs) > 1

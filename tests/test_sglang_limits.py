@@ -8,7 +8,8 @@ import pytest
 from egpo.rollout.sglang import versions
 from egpo.rollout.sglang.limits import UnsupportedRolloutSettingError, refuse_unsupported_settings
 
-BASE = dict(data_parallel_size=1, pipeline_model_parallel_size=1, mtp=SimpleNamespace(enable=False, enable_rollout=False))
+BASE = dict(data_parallel_size=1, pipeline_model_parallel_size=1,
+            mtp=SimpleNamespace(enable=False, enable_rollout=False))
 AFTER_OBSERVER = [
     ({"enable_custom_logit_processor": True}, "custom logit processors apply after egpo's SamplingObserver"),
     ({"preferred_sampling_params": '{"logit_bias": {"5": -100}}'}, "default grammars and logit_bias apply after"),

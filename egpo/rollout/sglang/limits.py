@@ -31,8 +31,8 @@ ENGINE_KWARGS_LIMITS = {
 # sglang 0.5.20+: egpo's SamplingObserver takes the entropy after penalties and before the grammar mask, logit_bias,
 # temperature and custom logit processors (egpo.rollout.sglang.observer); settings under which the sampled
 # distribution would then differ from the one the entropy describes, or under which sglang runs no observer
-AFTER_OBSERVER = ("apply after egpo's SamplingObserver takes the entropy, so it would not describe the distribution the "
-                  "tokens are drawn from")
+AFTER_OBSERVER = ("apply after egpo's SamplingObserver takes the entropy, so it would not describe the distribution "
+                  "the tokens are drawn from")
 GRAMMAR_OR_BIAS_KEYS = ("logit_bias", "json_schema", "regex", "ebnf", "structural_tag", "custom_params")
 OBSERVER_LIMITS = {
     "enable_custom_logit_processor": (bool, f"custom logit processors {AFTER_OBSERVER}"),

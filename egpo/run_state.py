@@ -1,0 +1,174 @@
+"""One ablation run's state on disk: its checkpoints, its metrics across interrupted attempts, and its status.
+
+A run directory (``DIR/<arm>__seed<k>``) holds ``run.json`` (the command), ``checkpoints/`` (verl's, with
+``latest_checkpointed_iteration.txt``), ``metrics.jsonl`` (one ``{"step": n, "data": {...}}`` line per finished step,
+each step once), ``log.txt``, and while an attempt runs ``attempt.json`` and ``metrics.attempt.jsonl`` (verl's file
+logger truncates the file it is given, so each attempt writes its own). ``done.json`` marks a finished run,
+``failed.json`` the last failed attempt.
+
+An attempt resumes from the last checkpoint (verl's ``trainer.resume_mode=auto``) and logs every step after it again,
+so before it starts, the steps logged after that checkpoint by the attempt that died are dropped: every step appears
+exactly once, from the attempt whose weights the run goes on from (:func:`begin_attempt`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest_checkpointed_iteration.txt"  # written by verl after each complete checkpoint
+METRICS_FILE = "metrics.jsonl"
+ATTEMPT_METRICS = "metrics.attempt.jsonl"
+ATTEMPT = "attempt.json"
+DONE = "done.json"
+FAILED = "failed.json"
+RUN = "run.json"
+
+
+def last_checkpoint(work: Path) -> int:
+    """The step of the run's last complete checkpoint (0: none)."""
+    latest = work / CHECKPOINTS / LATEST
+    if not latest.exists():
+        return 0
+    text = latest.read_text().strip()
+    return int(text) if text.isdigit() else 0
+
+
+def read_steps(path: Path) -> list[dict]:
+    """The metric lines of ``path`` (a line cut off by a kill mid-write is not a step: it is left out)."""
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        try:
+            steps.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return steps
+
+
+def _write_steps(path: Path, steps: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    os.replace(tmp, path)
+
+
+def logged_steps(work: Path) -> list[dict]:
+    """Every step logged so far, the running attempt's included, each once (the latest attempt's line wins)."""
+    by_step = {s["step"]: s for s in read_steps(work / METRICS_FILE)}
+    by_step.update({s["step"]: s for s in read_steps(work / ATTEMPT_METRICS)})
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def checkpoint_steps(work: Path) -> list[int]:
+    root = work / CHECKPOINTS
+    if not root.exists():
+        return []
+    suffixes = (p.name.rsplit("_", 1)[1] for p in root.glob("global_step_*"))
+    return sorted(int(s) for s in suffixes if s.isdigit())
+
+
+def resume_point(work: Path) -> int:
+    """The checkpoint the next attempt resumes from: the last one, unless the run died between saving it and logging
+    its step (verl saves a step's checkpoint before it logs the step). Then that step's metrics exist nowhere, so the
+    newest checkpoint whose step was logged is the one to resume from: the newer ones are removed and verl's pointer
+    set back, and the unlogged step runs again, to the same result."""
+    latest = last_checkpoint(work)
+    logged = max((s["step"] for s in logged_steps(work)), default=0)
+    if latest <= logged:
+        return latest
+    resume = max((s for s in checkpoint_steps(work)
+                  if s <= logged and (work / CHECKPOINTS / f"global_step_{s}" / "actor").exists()), default=0)
+    for step in checkpoint_steps(work):
+        if step > resume:
+            shutil.rmtree(work / CHECKPOINTS / f"global_step_{step}", ignore_errors=True)
+    pointer = work / CHECKPOINTS / LATEST
+    if resume:
+        pointer.write_text(str(resume))
+    else:
+        pointer.unlink(missing_ok=True)
+    return resume
+
+
+def begin_attempt(work: Path) -> tuple[int, Path]:
+    """Before an attempt: the steps up to the checkpoint it resumes from kept in ``metrics.jsonl``, the rest dropped
+    (the attempt logs them again); returns (the step it resumes from, the file its logger writes)."""
+    resume = resume_point(work)
+    kept = [s for s in logged_steps(work) if s["step"] <= resume]
+    _write_steps(work / METRICS_FILE, kept)
+    (work / ATTEMPT_METRICS).unlink(missing_ok=True)
+    return resume, work / ATTEMPT_METRICS
+
+
+def record_attempt(work: Path, pid: int, resume: int) -> None:
+    (work / ATTEMPT).write_text(json.dumps({"pid": pid, "resumed_from": resume, "started": time.time()}) + "\n")
+
+
+def end_attempt(work: Path, result: dict, keep: int) -> None:
+    """After an attempt: its steps joined to ``metrics.jsonl`` when it finished, the outcome recorded, checkpoints
+    beyond the last ``keep`` removed."""
+    if result["returncode"] == 0:
+        _write_steps(work / METRICS_FILE, logged_steps(work))
+        (work / ATTEMPT_METRICS).unlink(missing_ok=True)
+        (work / DONE).write_text(json.dumps(result) + "\n")
+        (work / FAILED).unlink(missing_ok=True)
+    else:
+        (work / FAILED).write_text(json.dumps(result) + "\n")
+    (work / ATTEMPT).unlink(missing_ok=True)
+    prune_checkpoints(work, keep)
+
+
+def prune_checkpoints(work: Path, keep: int) -> list[Path]:
+    """Removes the ``global_step_*`` directories beyond the last ``keep`` (never the one verl resumes from)."""
+    steps = checkpoint_steps(work)
+    latest = last_checkpoint(work)
+    removed = []
+    for step in steps[:-keep] if keep > 0 else []:
+        if step != latest:
+            path = work / CHECKPOINTS / f"global_step_{step}"
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    state: str  # done | running | failed | pending
+    step: int  # the last step logged
+    steps: int  # the steps the run was asked for (0: unknown)
+    seconds: float | None  # wall time: of the finished run, or so far
+    last: dict  # the last logged step's metrics
+
+    def metric(self, *keys: str):
+        return next((self.last[k] for k in keys if k in self.last), None)
+
+
+def run_status(work: Path) -> RunStatus:
+    logged = logged_steps(work)
+    step = logged[-1]["step"] if logged else 0
+    last = logged[-1]["data"] if logged else {}
+    steps = json.loads((work / RUN).read_text()).get("steps", 0) if (work / RUN).exists() else 0
+    if (work / DONE).exists():
+        return RunStatus("done", step, steps, json.loads((work / DONE).read_text()).get("seconds"), last)
+    attempt = json.loads((work / ATTEMPT).read_text()) if (work / ATTEMPT).exists() else None
+    if attempt is not None and _alive(int(attempt["pid"])):
+        return RunStatus("running", step, steps, time.time() - float(attempt["started"]), last)
+    if (work / FAILED).exists() or attempt is not None:
+        failed = json.loads((work / FAILED).read_text()) if (work / FAILED).exists() else {}
+        return RunStatus("failed", step, steps, failed.get("seconds"), last)
+    return RunStatus("pending", step, steps, None, last)

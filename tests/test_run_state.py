@@ -1,0 +1,135 @@
+"""A run directory's state across attempts (egpo.run_state), by hand-made files: what an attempt keeps of the one that
+died, each step once, the checkpoints kept, the status a run shows, and what the report leaves out."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from egpo.run_state import (ATTEMPT, ATTEMPT_METRICS, CHECKPOINTS, DONE, LATEST, METRICS_FILE, RUN, begin_attempt,
+                            end_attempt, logged_steps, prune_checkpoints, read_steps, run_status)
+
+
+def write_steps(path, steps, value=0.0):
+    path.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": value + s}}) + "\n" for s in steps))
+
+
+def checkpoint(work, *steps):
+    root = work / CHECKPOINTS
+    for s in steps:
+        (root / f"global_step_{s}" / "actor").mkdir(parents=True, exist_ok=True)
+    (root / LATEST).write_text(str(max(steps)))
+
+
+def test_an_attempt_keeps_the_steps_up_to_the_checkpoint_it_resumes_from(tmp_path):
+    """Attempt 1 logged steps 1-5 and died in step 6; its last checkpoint is step 4: the next attempt resumes from 4
+    and logs 5 again, so the dead attempt's step 5 is dropped, and steps 1-4 are kept, once each."""
+    write_steps(tmp_path / ATTEMPT_METRICS, [1, 2, 3, 4, 5])
+    checkpoint(tmp_path, 2, 4)
+    resume, path = begin_attempt(tmp_path)
+    assert resume == 4 and path == tmp_path / ATTEMPT_METRICS and not path.exists()
+    assert [s["step"] for s in read_steps(tmp_path / METRICS_FILE)] == [1, 2, 3, 4]
+    write_steps(path, [5, 6, 7], value=100.0)  # the new attempt's lines
+    end_attempt(tmp_path, {"returncode": 0, "seconds": 1.0, "resumed_from": 4}, keep=2)
+    steps = read_steps(tmp_path / METRICS_FILE)
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6, 7]
+    assert steps[4]["data"]["critic/score/mean"] == 105.0  # step 5 from the attempt the run went on from
+    assert (tmp_path / DONE).exists() and not (tmp_path / ATTEMPT_METRICS).exists()
+
+
+def test_a_checkpoint_whose_step_was_never_logged_is_run_again(tmp_path):
+    """Killed between saving step 3's checkpoint and logging step 3 (verl saves first): step 3's metrics exist
+    nowhere, so the attempt resumes from checkpoint 2 and runs step 3 again; checkpoint 3 goes."""
+    write_steps(tmp_path / ATTEMPT_METRICS, [1, 2])
+    checkpoint(tmp_path, 1, 2, 3)
+    (tmp_path / CHECKPOINTS / "global_step_1" / "actor").rmdir()  # verl's max_actor_ckpt_to_keep=2 pruned it
+    resume, _ = begin_attempt(tmp_path)
+    assert resume == 2 and (tmp_path / CHECKPOINTS / LATEST).read_text() == "2"
+    assert sorted(p.name for p in (tmp_path / CHECKPOINTS).glob("global_step_*")) == ["global_step_1",
+                                                                                      "global_step_2"]
+    assert [s["step"] for s in read_steps(tmp_path / METRICS_FILE)] == [1, 2]
+    # nothing usable before: a fresh start, verl's pointer gone
+    other = tmp_path / "other"
+    other.mkdir()
+    checkpoint(other, 1)
+    assert begin_attempt(other)[0] == 0 and not (other / CHECKPOINTS / LATEST).exists()
+
+
+def test_a_fresh_run_and_a_line_cut_by_a_kill(tmp_path):
+    assert begin_attempt(tmp_path)[0] == 0 and read_steps(tmp_path / METRICS_FILE) == []
+    (tmp_path / ATTEMPT_METRICS).write_text(json.dumps({"step": 1, "data": {}}) + '\n{"step": 2, "da')
+    assert [s["step"] for s in logged_steps(tmp_path)] == [1]
+
+
+def test_checkpoints_beyond_the_last_keep_are_removed_never_the_latest(tmp_path):
+    checkpoint(tmp_path, 1, 2, 3, 4)
+    removed = prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in removed) == ["global_step_1", "global_step_2"]
+    assert sorted(p.name for p in (tmp_path / CHECKPOINTS).glob("global_step_*")) == ["global_step_3",
+                                                                                      "global_step_4"]
+    (tmp_path / CHECKPOINTS / LATEST).write_text("3")  # verl resumes from 3 (4 incomplete): 3 stays
+    assert prune_checkpoints(tmp_path, keep=1) == []
+
+
+def test_status_of_each_state(tmp_path):
+    def run(name, **files):
+        work = tmp_path / name
+        work.mkdir()
+        (work / RUN).write_text(json.dumps({"arm": name.split("__")[0], "seed": int(name[-1]), "steps": 10}))
+        for key, text in files.items():
+            (work / key).write_text(text)
+        return work
+
+    done = run("grpo__seed0")
+    write_steps(done / METRICS_FILE, range(1, 11))
+    (done / DONE).write_text(json.dumps({"returncode": 0, "seconds": 7200.0}))
+    running = run("grpo__seed1")
+    write_steps(running / METRICS_FILE, [1, 2])
+    write_steps(running / ATTEMPT_METRICS, [3, 4])
+    (running / ATTEMPT).write_text(json.dumps({"pid": os.getpid(), "resumed_from": 2, "started": 0.0}))
+    dead = run("egpo_rollout__seed0")
+    write_steps(dead / ATTEMPT_METRICS, [1])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (dead / ATTEMPT).write_text(json.dumps({"pid": gone.pid, "resumed_from": 0, "started": 0.0}))  # killed with it
+    run("egpo_rollout__seed1")
+
+    assert run_status(done).state == "done" and run_status(done).seconds == 7200.0
+    assert (run_status(running).state, run_status(running).step) == ("running", 4)
+    assert run_status(running).metric("critic/score/mean") == 4.0
+    assert (run_status(dead).state, run_status(dead).step) == ("failed", 1)
+    assert run_status(tmp_path / "egpo_rollout__seed1").state == "pending"
+
+    from egpo.ablation import status_lines
+
+    text = "\n".join(status_lines(tmp_path))
+    assert "| grpo | done | running at step 4/10 |" in text
+    assert "| egpo_rollout | FAILED at step 1/10 | pending |" in text
+    assert "| grpo__seed0 | done | 10/10 | 2.0 h | 10 | - |" in text
+    assert "1 done, 1 running, 1 failed, 1 pending of 4 run(s)" in text
+
+
+def test_the_report_leaves_out_unfinished_runs_and_says_which(tmp_path):
+    from egpo.report import load_runs, write_report
+
+    for seed in (0, 1):
+        work = tmp_path / f"grpo__seed{seed}"
+        work.mkdir()
+        (work / RUN).write_text(json.dumps({"arm": "grpo", "seed": seed, "steps": 3}))
+        write_steps(work / METRICS_FILE, [1, 2, 3])
+    (tmp_path / "grpo__seed0" / DONE).write_text("{}")
+    write_steps(tmp_path / "grpo__seed1" / ATTEMPT_METRICS, [4])
+    left_out = []
+    assert list(load_runs(tmp_path, left_out)["grpo"]) == [0] and left_out == ["grpo__seed1"]
+    assert "Left out, not finished" in write_report(tmp_path, window=1).read_text()
+
+
+def test_ablation_refuses_keeping_fewer_than_two_checkpoints(tmp_path):
+    from egpo.ablation import main
+    from test_recipes import RECIPES
+
+    with pytest.raises(SystemExit, match="--keep must be at least 2"):
+        main([f"--config-path={RECIPES}", "--config-name=cpu_smoke", "--arms", "grpo", "--out", str(tmp_path),
+              "--keep", "1"])
