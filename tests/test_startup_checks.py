@@ -174,11 +174,11 @@ def test_the_model_runner_egpo_does_not_patch_is_refused_at_start_up(installed_v
     ("++actor_rollout_ref.rollout.engine_kwargs.sglang.speculative_draft_model_path=/m", "speculative_draft_model_path"),
 ])
 def test_sglang_entropy_limits_are_checked_at_start_up(override, message):
-    from egpo.rollout.sglang.limits import _data_parallel_reaches_schedulers
+    from egpo.rollout.sglang.limits import _data_parallel_reaches_schedulers, _installed_targets
 
     cfg = smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda", override)
     if "dp_size" in override or "data_parallel_size" in override:
-        if _data_parallel_reaches_schedulers():  # the installed sglang (0.5.12) runs data parallel with entropy
+        if _data_parallel_reaches_schedulers(_installed_targets()):  # installed sglang (0.5.12) runs dp with entropy
             checks(cfg)
             return
     with pytest.raises(EgpoConfigError, match=message) as err:

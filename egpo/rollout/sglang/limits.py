@@ -50,18 +50,16 @@ def _installed_targets():
     return targets_without_import()
 
 
-def _data_parallel_reaches_schedulers() -> bool:
-    """Whether the installed sglang's data-parallel controller runs egpo's scheduler entry (no sglang import)."""
-    targets = _installed_targets()
+def _data_parallel_reaches_schedulers(targets) -> bool:
+    """Whether this sglang's data-parallel controller runs egpo's scheduler entry."""
     return targets is not None and targets.data_parallel_reaches_schedulers
 
 
-def _engine_kwargs_problems(config) -> list[str]:
+def _engine_kwargs_problems(config, targets) -> list[str]:
     engine_kwargs = getattr(config, "engine_kwargs", None) or {}
     sglang = (engine_kwargs.get("sglang", None) if hasattr(engine_kwargs, "get") else
               getattr(engine_kwargs, "sglang", None)) or {}
-    allowed = {"dp_size"} if _data_parallel_reaches_schedulers() else set()
-    targets = _installed_targets()
+    allowed = {"dp_size"} if _data_parallel_reaches_schedulers(targets) else set()
     limits = {**ENGINE_KWARGS_LIMITS, **(OBSERVER_LIMITS if targets is not None and targets.entropy_via_observer
                                          else {})}
     return [
@@ -73,7 +71,8 @@ def _engine_kwargs_problems(config) -> list[str]:
 
 def refuse_unsupported_settings(config) -> None:
     problems = []
-    if int(config.data_parallel_size) > 1 and not _data_parallel_reaches_schedulers():
+    targets = _installed_targets()
+    if int(config.data_parallel_size) > 1 and not _data_parallel_reaches_schedulers(targets):
         problems.append(
             f"actor_rollout_ref.rollout.data_parallel_size={config.data_parallel_size}: {DATA_PARALLEL}; use 1 (more "
             "replicas instead), or sglang 0.5.12 (verl 0.9.1)"
@@ -83,7 +82,7 @@ def refuse_unsupported_settings(config) -> None:
             f"actor_rollout_ref.rollout.pipeline_model_parallel_size={config.pipeline_model_parallel_size}: "
             "pipeline parallel rebuilds the logits output and drops the entropy; use 1"
         )
-    problems += _engine_kwargs_problems(config)
+    problems += _engine_kwargs_problems(config, targets)
     mtp = getattr(config, "mtp", None)
     if mtp is not None and getattr(mtp, "enable", False) and getattr(mtp, "enable_rollout", False):
         problems.append(

@@ -37,10 +37,13 @@ def _engine_kwargs(config) -> dict:
 def unsupported_settings(config, environ=None, vllm_version: str | None = None) -> list[str]:
     """Every problem, each with its fix; ``config`` is ``actor_rollout_ref.rollout``, ``vllm_version`` the vLLM the
     rollout runs (default: the installed one)."""
-    from egpo.rollout.vllm.versions import TARGETS, installed_vllm
+    from egpo.rollout.vllm.versions import VllmPatchTargetError, vllm_targets
 
     environ = os.environ if environ is None else environ
-    targets = TARGETS.get(vllm_version or installed_vllm())
+    try:  # a tested version's table, or an untested one's inside a range (the version itself is checked elsewhere)
+        targets = vllm_targets(vllm_version)
+    except VllmPatchTargetError:
+        targets = None
     problems = []
     kwargs = _engine_kwargs(config)
     if bool(kwargs.get("enable_batch_sharded_sampling") or False):
