@@ -19,7 +19,12 @@ from egpo.settings import EgpoSettings
 from egpo.trainer.actor_entropy import prepare_actor_entropy
 from egpo.trainer.config import load_tokenizer, resolve_think_token_ids
 from egpo.trainer.key_check import check_unknown_keys
-from egpo.trainer.startup_checks import check_cpu_backend, check_rollout_entropy_path, select_agent_loop_manager
+from egpo.trainer.startup_checks import (
+    check_cpu_backend,
+    check_ray_cluster_settings,
+    check_rollout_entropy_path,
+    select_agent_loop_manager,
+)
 
 
 def build_demo_if_missing(config: DictConfig) -> None:
@@ -70,6 +75,7 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
 
         select_cpu_platform(config)
     auto_set_device(config)
+    check_ray_cluster_settings(config)
     check_cpu_backend(config)
     select_agent_loop_manager(config, settings)
     check_rollout_entropy_path(config, settings)

@@ -4,7 +4,7 @@ A run directory (``DIR/<arm>__seed<k>``) holds ``run.json`` (the command), ``che
 ``latest_checkpointed_iteration.txt``), ``metrics.jsonl`` (one ``{"step": n, "data": {...}}`` line per finished step,
 each step once), ``log.txt``, and while an attempt runs ``attempt.json`` and ``metrics.attempt.jsonl`` (verl's file
 logger truncates the file it is given, so each attempt writes its own). ``done.json`` marks a finished run,
-``failed.json`` the last failed attempt.
+``failed.json`` the last failed attempt; on a Ray cluster, ``job.json`` names the job of the latest attempt.
 
 An attempt resumes from the last checkpoint (verl's ``trainer.resume_mode=auto``) and logs every step after it again,
 so before it starts, the steps logged after that checkpoint by the attempt that died are dropped: every step appears
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ ATTEMPT = "attempt.json"
 DONE = "done.json"
 FAILED = "failed.json"
 RUN = "run.json"
+JOB = "job.json"  # the Ray job running the run's attempt, when the ablation dispatches to a cluster
 
 
 def last_checkpoint(work: Path) -> int:
@@ -106,7 +108,9 @@ def begin_attempt(work: Path) -> tuple[int, Path]:
 
 
 def record_attempt(work: Path, pid: int, resume: int) -> None:
-    (work / ATTEMPT).write_text(json.dumps({"pid": pid, "resumed_from": resume, "started": time.time()}) + "\n")
+    """``attempt.json``: the training's process (on which machine), while the attempt runs."""
+    (work / ATTEMPT).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "resumed_from": resume,
+                                            "started": time.time()}) + "\n")
 
 
 def end_attempt(work: Path, result: dict, keep: int) -> None:
@@ -148,7 +152,7 @@ def _alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class RunStatus:
-    state: str  # done | running | failed | pending
+    state: str  # done | running | submitted | failed | pending
     step: int  # the last step logged
     steps: int  # the steps the run was asked for (0: unknown)
     seconds: float | None  # wall time: of the finished run, or so far
@@ -158,7 +162,10 @@ class RunStatus:
         return next((self.last[k] for k in keys if k in self.last), None)
 
 
-def run_status(work: Path) -> RunStatus:
+def run_status(work: Path, job_alive: bool | None = None) -> RunStatus:
+    """The run's state. ``job_alive``: whether the Ray job of its attempt is pending or running, where the ablation
+    could ask Ray (None: not a job, or Ray not reachable); otherwise an attempt on this machine is alive while its
+    process is, and one on another machine is taken to be."""
     logged = logged_steps(work)
     step = logged[-1]["step"] if logged else 0
     last = logged[-1]["data"] if logged else {}
@@ -166,7 +173,15 @@ def run_status(work: Path) -> RunStatus:
     if (work / DONE).exists():
         return RunStatus("done", step, steps, json.loads((work / DONE).read_text()).get("seconds"), last)
     attempt = json.loads((work / ATTEMPT).read_text()) if (work / ATTEMPT).exists() else None
-    if attempt is not None and _alive(int(attempt["pid"])):
+    if job_alive is not None:
+        alive = job_alive
+    elif attempt is not None:
+        alive = attempt.get("host", socket.gethostname()) != socket.gethostname() or _alive(int(attempt["pid"]))
+    else:
+        alive = False
+    if alive and attempt is None:  # a Ray job waiting for its node
+        return RunStatus("submitted", step, steps, None, last)
+    if alive:
         return RunStatus("running", step, steps, time.time() - float(attempt["started"]), last)
     if (work / FAILED).exists() or attempt is not None:
         failed = json.loads((work / FAILED).read_text()) if (work / FAILED).exists() else {}

@@ -42,3 +42,11 @@ def demo(tmp_path_factory):
     from egpo.demo.build import build
 
     return build(tmp_path_factory.mktemp("egpo_demo"))
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_run(tmp_path_factory, demo):
+    """One uninterrupted ablation run (tests/ablation_runs.py), the reference every interrupted one must end as."""
+    from ablation_runs import uninterrupted, with_demo_data
+
+    return uninterrupted(with_demo_data(tmp_path_factory.mktemp("uninterrupted"), demo))

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from conftest import VERL
 from egpo.report import load_runs, write_report
 from test_recipes import RECIPES
 
@@ -52,6 +53,8 @@ def test_report_tables_from_hand_made_runs(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.skipif(VERL != "0.7.1", reason="the ablation is egpo's, the same on both stacks: on verl 0.9.1, "
+                                            "tests/test_ablation_cluster.py runs 2 arms x 2 seeds and the report")
 def test_ablation_runner_two_arms_one_seed_then_report(tmp_path, demo):
     """As a new user types it: from a working directory, a relative --out and relative data paths."""
     import shutil

@@ -6,6 +6,8 @@ into one error naming the setting to change.
 
 from __future__ import annotations
 
+import os
+
 from omegaconf import DictConfig, OmegaConf
 
 from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoConfigError, EgpoSettings, fix_text
@@ -116,6 +118,31 @@ def _sglang_cpu_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+# ray.init's arguments Ray refuses when it joins a running cluster (whose nodes got their resources from `ray start`)
+RAY_NODE_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_system_config")
+
+
+def joined_ray_cluster(config: DictConfig) -> str | None:
+    """Where the run's ``ray.init`` joins a running Ray cluster: ``ray_kwargs.ray_init.address``, else the
+    ``RAY_ADDRESS`` a Ray job's entrypoint is given (None: verl starts a Ray of its own)."""
+    address = OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None)
+    if address:
+        return f"ray_kwargs.ray_init.address={address}"
+    return f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}" if os.environ.get("RAY_ADDRESS") else None
+
+
+def check_ray_cluster_settings(config: DictConfig) -> None:
+    """A run that joins a running cluster gives ray.init none of a node's resources: Ray would refuse them only once
+    the driver starts."""
+    joined = joined_ray_cluster(config)
+    ray_init = OmegaConf.select(config, "ray_kwargs.ray_init", default=None) or {}
+    given = [key for key in RAY_NODE_ARGS if ray_init.get(key, None) is not None]
+    if joined and given:
+        raise EgpoConfigError(
+            f"this run joins a running Ray cluster ({joined}), whose nodes' resources are set by `ray start`, and "
+            f"ray.init refuses them then: set {' '.join(f'++ray_kwargs.ray_init.{key}=null' for key in given)}")
+
+
 def check_cpu_backend(config: DictConfig) -> None:
     """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
     device = config.trainer.get("device", "cuda")
@@ -138,12 +165,13 @@ def check_cpu_backend(config: DictConfig) -> None:
         problems.append("++actor_rollout_ref.model.override_config.attn_implementation=eager (flash-attn needs a GPU)")
     ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
     devices = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
-    if int(ray_init.get("num_gpus", 0) or 0) < devices:
+    joined = joined_ray_cluster(config)  # then the nodes hold the counts: `ray start --num-gpus=N --resources=...`
+    if not joined and int(ray_init.get("num_gpus", 0) or 0) < devices:
         problems.append(
             f"++ray_kwargs.ray_init.num_gpus={devices} (verl counts 'GPU' resources before placing workers; on a CPU "
             "they are only a count)"
         )
-    if int((ray_init.get("resources", None) or {}).get("cpu", 0)) < devices:
+    if not joined and int((ray_init.get("resources", None) or {}).get("cpu", 0)) < devices:
         problems.append(f"++ray_kwargs.ray_init.resources={{cpu:{devices}}} (verl's placement bundles ask for a 'cpu' resource)")
     if problems:
         raise EgpoConfigError(

@@ -1,0 +1,3 @@
+from egpo.ablation.cli import main
+
+main()

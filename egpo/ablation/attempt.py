@@ -1,0 +1,168 @@
+"""One attempt of one ablation run: ``python -m egpo.main`` from the run's last checkpoint, its metrics continued.
+
+The same code runs an attempt in the ablation's own process (local runs) and as a Ray job's entrypoint on whichever
+node the cluster picks (``python -m egpo.ablation.attempt RUN_DIR``): everything it needs is in the run directory's
+``run.json``, written by the ablation before the attempt (:func:`write_run`), on storage every node sees.
+
+    python -m egpo.ablation.attempt DIR/<arm>__seed<k>
+
+Its exit status is the training's (non-zero: the attempt failed, and the run resumes from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from egpo.ablation.arms import ARMS, run_name, seed_overrides
+from egpo.run_state import ATTEMPT_METRICS, CHECKPOINTS, RUN, begin_attempt, end_attempt, record_attempt
+
+LOG = "log.txt"
+
+
+def run_command(work: Path, config_path: str, config_name: str, arm: str, seed: int, steps: int,
+                overrides: list[str], demo: Path | None, save_every: int, keep: int,
+                python: str = sys.executable) -> list[str]:
+    """The run's ``python -m egpo.main`` command: the arm's and the seed's overrides, the checkpointing that makes it
+    resumable, then the ablation's overrides (``overrides``: the user's, after any the dispatch adds)."""
+    args = [*ARMS[arm], *seed_overrides(seed), f"trainer.total_training_steps={steps}", "trainer.logger=[console,file]",
+            f"trainer.experiment_name={run_name(arm, seed)}", f"trainer.default_local_dir={_value(work / CHECKPOINTS)}",
+            f"trainer.save_freq={save_every}", "trainer.resume_mode=auto", f"trainer.max_actor_ckpt_to_keep={keep}",
+            f"trainer.max_critic_ckpt_to_keep={keep}", f"hydra.run.dir={_value(work / 'hydra')}",
+            # verl's file logger runs in a Ray worker: its path travels in the runtime env, which reaches the workers
+            # of a Ray the run starts and of a cluster it joins alike
+            f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={_value(work / ATTEMPT_METRICS)}",
+            *([f"egpo_demo.out={_value(demo)}"] if demo else []), *overrides]
+    return [python, "-m", "egpo.main", f"--config-path={Path(config_path).resolve()}",
+            f"--config-name={config_name}", *args]
+
+
+def _value(path: Path) -> str:
+    """A path as a Hydra override's value: quoted where Hydra would read its characters as syntax."""
+    text = str(path)
+    if re.fullmatch(r"[\w/.\-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], keep: int, timeout: int) -> None:
+    """``run.json``: what an attempt runs, where (the ablation's working directory, so relative paths mean the same
+    in every run as on its command line) and for how long."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / RUN).write_text(json.dumps({"arm": arm, "seed": seed, "steps": steps, "command": command,
+                                        "cwd": os.getcwd(), "keep": keep, "timeout": timeout}, indent=1))
+
+
+def log_tail(work: Path, lines: int = 20) -> str:
+    log = work / LOG
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
+
+
+class Stopped(Exception):
+    """The attempt was told to stop (SIGTERM: Ray stopping its job)."""
+
+
+def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
+    """One attempt, from the run's last checkpoint; returns ``{"returncode", "seconds", "resumed_from"}``.
+
+    ``own_session``: the training gets a process session of its own, and stopping the attempt (its timeout, Ctrl-C)
+    kills that session, with every process the training started (a local Ray's among them). A Ray job's entrypoint
+    leaves the training in the job's own session, which Ray signals when it stops the job. ``echo``: the training's
+    output goes to this process's stdout as well as to the run's log (a Ray job's log).
+    """
+    spec = json.loads((work / RUN).read_text())
+    cwd = Path(spec["cwd"])
+    if not cwd.is_dir():
+        raise SystemExit(f"[ablation] {cwd}, the directory the ablation was started in, is not on {socket.gethostname()}"
+                         ": start the ablation from storage every node mounts at the same path")
+    resume, _ = begin_attempt(work)  # the attempt's metrics file is named in its command (run_command)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    start = time.time()
+    with open(work / LOG, "a") as log:
+        log.write(f"[ablation] attempt from step {resume} on {socket.gethostname()}\n")
+        log.flush()
+        proc = subprocess.Popen(spec["command"], cwd=cwd, stdout=subprocess.PIPE if echo else log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=own_session)
+        record_attempt(work, proc.pid, resume)
+        pump = _echo(proc, log) if echo else None
+        try:
+            returncode = proc.wait(timeout=spec.get("timeout") or None)
+        except BaseException as err:  # a timeout, Ctrl-C, the job stopped: the training stops with the attempt
+            _stop(proc, own_session)
+            returncode = -signal.SIGKILL if isinstance(err, subprocess.TimeoutExpired) else -signal.SIGTERM
+            if pump is not None:
+                pump.join(timeout=10)
+            end_attempt(work, {"returncode": returncode, "seconds": round(time.time() - start, 1),
+                               "resumed_from": resume}, spec["keep"])
+            if isinstance(err, subprocess.TimeoutExpired):
+                log.write(f"[ablation] attempt stopped after its timeout of {spec['timeout']} s\n")
+                return {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume}
+            raise
+        if pump is not None:
+            pump.join()
+    result = {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume}
+    end_attempt(work, result, spec["keep"])
+    return result
+
+
+def _echo(proc: subprocess.Popen, log) -> threading.Thread:
+    def pump():
+        for line in iter(proc.stdout.readline, b""):
+            log.write(line.decode(errors="replace"))
+            log.flush()
+            sys.stdout.write(line.decode(errors="replace"))
+            sys.stdout.flush()
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop(proc: subprocess.Popen, own_session: bool) -> None:
+    try:
+        if own_session:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # the job's session already had Ray's SIGTERM; what is left of the training ends now
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m egpo.ablation.attempt RUN_DIR")
+    work = Path(argv[0])
+    if not (work / RUN).exists():
+        raise SystemExit(f"[ablation] {work / RUN} is not on {socket.gethostname()}: the ablation's --out must be on "
+                         "storage every node mounts at the same path")
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        result = run_attempt(work, own_session=False, echo=True)
+    except Stopped:
+        print(f"[ablation] {work.name}: stopped", flush=True)
+        raise SystemExit(143) from None
+    print(f"[ablation] {work.name}: attempt ended with status {result['returncode']} after {result['seconds']} s "
+          f"(from step {result['resumed_from']})", flush=True)
+    raise SystemExit(0 if result["returncode"] == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

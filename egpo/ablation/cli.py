@@ -1,0 +1,126 @@
+"""``python -m egpo.ablation``: the command (see the package docstring): its arguments, the checks before any run
+starts, then the runs, here or on a Ray cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from egpo.ablation.arms import ARM_SETS, ARMS, DEFAULT_ARMS, expand_arms, run_name
+from egpo.ablation.attempt import run_command, write_run
+from egpo.run_state import DONE
+
+
+def default_save_every(steps: int) -> int:
+    """A checkpoint every tenth of the run (20 of 200 steps), at least every step of a short one."""
+    return max(1, steps // 10)
+
+
+def preflight(args, demo: Path | None, dispatch: tuple[str, ...]) -> None:
+    """The preflight of every arm's config (its errors stop the ablation before the first run)."""
+    from egpo.preflight.__main__ import run as run_preflight
+
+    for arm in args.arms:
+        overrides = [*ARMS[arm], f"trainer.total_training_steps={args.steps}", "trainer.logger=[console,file]",
+                     *([f"egpo_demo.out={demo}"] if demo else []), *dispatch, *args.overrides]
+        status, lines = run_preflight(args.config_path, args.config_name, overrides)
+        if status:
+            raise SystemExit(f"[ablation] the preflight of arm {arm} found errors; nothing was started:\n" +
+                             "\n".join(lines))
+    print(f"[ablation] preflight passed for {len(args.arms)} arm(s)", flush=True)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    from egpo import ablation
+
+    parser = argparse.ArgumentParser(prog="python -m egpo.ablation", description=ablation.__doc__.splitlines()[0])
+    parser.add_argument("--config-path", required=True)
+    parser.add_argument("--config-name", required=True)
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS],
+                        help=f"arms or arm sets ({', '.join(ARM_SETS)})")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--timeout", type=int, default=0, help="seconds per attempt of a run (default: none)")
+    parser.add_argument("--save-every", type=int, default=0,
+                        help="checkpoint every N steps (default: a tenth of --steps, at least 1)")
+    parser.add_argument("--keep", type=int, default=2, help="checkpoints kept per run (the last ones; at least 2)")
+    parser.add_argument("--retries", type=int, default=1, help="attempts after a failed one, each from its last "
+                                                               "checkpoint")
+    cluster = parser.add_argument_group("on a Ray cluster")
+    cluster.add_argument("--ray-address", default=None,
+                         help="the cluster's dashboard (http://HEAD:8265): every run is a Ray job")
+    cluster.add_argument("--max-parallel", type=int, default=0,
+                         help="jobs at once (default: as many as the cluster's nodes hold)")
+    cluster.add_argument("--runtime-env-json", default=None,
+                         help="Ray runtime_env for every job, as JSON (its env_vars are added to egpo's)")
+    cluster.add_argument("--job-python", default=sys.executable,
+                         help="the Python each job runs, on every node (default: this one)")
+    cluster.add_argument("--poll", type=float, default=5.0, help="seconds between looks at the jobs' states")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
+    args = parser.parse_args(argv)
+    if args.keep < 2:
+        raise SystemExit("--keep must be at least 2: a run killed between saving a checkpoint and logging its step "
+                         "resumes from the checkpoint before it")
+    if args.ray_address is None and (args.max_parallel or args.runtime_env_json):
+        raise SystemExit("--max-parallel and --runtime-env-json are for jobs on a Ray cluster: add "
+                         "--ray-address http://HEAD:8265")
+    args.arms = expand_arms(args.arms)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--status"]:
+        from egpo.ablation.status import status_lines
+
+        if len(argv) != 2:
+            raise SystemExit("usage: python -m egpo.ablation --status DIR")
+        print("\n".join(status_lines(Path(argv[1]))))
+        return
+    args = parse(argv)
+    client = dispatch = None
+    if args.ray_address:
+        from egpo.ablation.cluster import CLUSTER_OVERRIDES, connect
+
+        client, dispatch = connect(args.ray_address), CLUSTER_OVERRIDES
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    from egpo.preflight.__main__ import compose
+
+    config = compose(args.config_path, args.config_name, list(args.overrides))  # checks the overrides first
+    demo = None
+    if config.get("egpo_demo", None) is not None:
+        from egpo.demo.build import build
+
+        demo = build(args.out / "demo", seed=int(config.egpo_demo.get("seed", 0)),
+                     warm=bool(config.egpo_demo.get("warm", False))).resolve()
+    preflight(args, demo, dispatch or ())
+    python = args.job_python if client else sys.executable
+    runs = []
+    for seed in args.seeds:
+        for arm in args.arms:
+            work = args.out / run_name(arm, seed)
+            if not (work / DONE).exists():
+                command = run_command(work, args.config_path, args.config_name, arm, seed, args.steps,
+                                      [*(dispatch or ()), *args.overrides], demo,
+                                      args.save_every or default_save_every(args.steps), args.keep, python)
+                write_run(work, arm, seed, args.steps, command, args.keep, args.timeout)
+            runs.append(work)
+    if client is None:
+        from egpo.ablation.local import run_locally
+
+        failed = run_locally(runs, args.retries)
+    else:
+        from egpo.ablation.cluster import JobDispatch, default_max_parallel, runtime_env
+
+        parallel = args.max_parallel or default_max_parallel(args.ray_address, config)
+        print(f"[ablation] {len(runs)} run(s) as Ray jobs on {args.ray_address}, at most {parallel} at once",
+              flush=True)
+        failed = JobDispatch(client, args.ray_address, parallel, args.retries, runtime_env(args.runtime_env_json),
+                             args.job_python, args.poll).run(runs)
+    if failed:
+        raise SystemExit(f"[ablation] {len(failed)} run(s) failed: {', '.join(failed)}; rerun the same command to "
+                         "resume them from their last checkpoints")
+    print(f"[ablation] all {len(runs)} runs done; report: python -m egpo.report {args.out}")

@@ -1,0 +1,236 @@
+"""The ablation's runs as Ray jobs on an existing cluster: submitted as many at once as the cluster places, waited
+for, failed ones resubmitted from their last checkpoint, and only its own jobs stopped on Ctrl-C.
+
+Each run is one job (Ray's job-submission API, through the dashboard's address) whose entrypoint is
+``python -m egpo.ablation.attempt RUN_DIR`` (:mod:`egpo.ablation.attempt`): the run's ``python -m egpo.main``, whose
+``ray.init`` joins the cluster (:data:`CLUSTER_OVERRIDES`) and places the recipe's workers there. Run directories
+are on storage every node sees; ``job.json`` in each names its latest job, so rerunning the ablation waits for a job
+an earlier invocation left running instead of starting the run twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from egpo.ablation.attempt import log_tail
+from egpo.run_state import DONE, JOB
+
+# a run joins the cluster: its resources are those `ray start` gave each node, not ray.init's
+CLUSTER_OVERRIDES = ("++ray_kwargs.ray_init.address=auto", "++ray_kwargs.ray_init.num_cpus=null",
+                     "++ray_kwargs.ray_init.num_gpus=null", "++ray_kwargs.ray_init.resources=null")
+ACTIVE = ("PENDING", "RUNNING")
+ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+UNREACHABLE_FOR = 900  # seconds the dashboard may be unreachable before the ablation gives up waiting (jobs run on)
+
+
+def connect(address: str):
+    """Ray's job-submission client for the cluster's dashboard (``http://HEAD:8265``), with the fix for the two ways
+    it fails at once."""
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except Exception as err:  # noqa: BLE001 - Ray raises several types here; each is explained
+        text = str(err)
+        if "uthentication" in text or "Unauthorized" in text:
+            raise SystemExit(
+                f"[ablation] the Ray cluster at {address} uses token authentication: export RAY_AUTH_MODE=token (and "
+                "RAY_AUTH_TOKEN, or the token in ~/.ray/auth_token, as on the cluster's nodes) and run again. Ray: "
+                + text.splitlines()[0]) from None
+        raise SystemExit(f"[ablation] cannot reach the Ray dashboard at {address} ({type(err).__name__}: "
+                         f"{text.splitlines()[0] if text else ''}): --ray-address is the head node's dashboard, "
+                         "http://HEAD:8265 by default (`ray start --head` prints it)") from None
+
+
+def run_resources(config) -> tuple[dict[str, float], int]:
+    """What one run asks of each of its nodes, and how many nodes: verl places ``trainer.n_gpus_per_node`` workers on
+    each of ``trainer.nnodes`` nodes, one 'GPU' each; egpo's CPU backend's bundles also ask for a 'cpu' each; and the
+    CPUs the recipe gives its own Ray (``ray_kwargs.ray_init.num_cpus``), where it says."""
+    per_node = int(config.trainer.n_gpus_per_node)
+    need = {"GPU": float(per_node)}
+    if config.trainer.get("device", "cuda") == "cpu":
+        need["cpu"] = float(per_node)
+    cpus = OmegaConf.select(config, "ray_kwargs.ray_init.num_cpus", default=None)
+    if cpus:
+        need["CPU"] = float(cpus)
+    return need, int(config.trainer.nnodes)
+
+
+def nodes_resources(address: str) -> list[dict[str, float]]:
+    """The total resources of each alive node of the cluster."""
+    from ray.util.state import list_nodes
+
+    return [dict(node.resources_total) for node in list_nodes(address=address, limit=10000)
+            if node.state == "ALIVE"]
+
+
+def capacity(nodes: list[dict[str, float]], need: dict[str, float], nnodes: int) -> int:
+    """How many runs the cluster's nodes hold at once: each node holds ``min(its r / need r)`` runs' share of a
+    node, and a run takes ``nnodes`` such shares."""
+    shares = sum(min(math.floor(node.get(r, 0.0) / n + 1e-9) for r, n in need.items()) for node in nodes)
+    return shares // nnodes
+
+
+def default_max_parallel(address: str, config) -> int:
+    need, nnodes = run_resources(config)
+    nodes = nodes_resources(address)
+    runs = capacity(nodes, need, nnodes)
+    if runs < 1:
+        held = "; ".join(", ".join(f"{r} {node.get(r, 0):g}" for r in need) for node in nodes) or "no alive node"
+        device = ("trainer.device=cpu: `ray start --num-cpus=C --num-gpus=N --resources='{\"cpu\": N}'` on each node; "
+                  if "cpu" in need else "")
+        raise SystemExit(
+            f"[ablation] the Ray cluster at {address} cannot place one run: each asks "
+            f"{', '.join(f'{r} {n:g}' for r, n in need.items())} on each of trainer.nnodes={nnodes} node(s) "
+            f"(trainer.n_gpus_per_node), and its nodes hold {held}. {device}or set trainer.n_gpus_per_node to what a "
+            "node has")
+    return runs
+
+
+def runtime_env(user_json: str | None) -> dict:
+    """The jobs' runtime environment: unbuffered output and this PYTHONPATH (the nodes see the same paths), then
+    ``--runtime-env-json`` (its ``env_vars`` merged, its other fields as given)."""
+    env = {"PYTHONUNBUFFERED": "1", **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH")
+                                       else {})}
+    user = json.loads(user_json) if user_json else {}
+    if not isinstance(user, dict):
+        raise SystemExit(f"[ablation] --runtime-env-json must be a JSON object (Ray's runtime_env), got {user_json!r}")
+    return {**user, "env_vars": {**env, **user.get("env_vars", {})}}
+
+
+class JobDispatch:
+    """Submits prepared run directories as jobs, at most ``max_parallel`` at once, and waits for all of them."""
+
+    def __init__(self, client, address: str, max_parallel: int, retries: int, env: dict, python: str,
+                 poll: float = 5.0):
+        self.client, self.address, self.max_parallel, self.retries = client, address, max_parallel, retries
+        self.env, self.python, self.poll = env, python, poll
+        self.active: dict[str, Path] = {}  # submission id -> run directory
+        self.state: dict[str, str] = {}
+        self.attempts: dict[Path, int] = {}
+
+    def status(self, sid: str) -> str:
+        state = self.client.get_job_status(sid)
+        return str(getattr(state, "value", state))
+
+    def submit(self, work: Path) -> str:
+        sid = f"egpo-{work.name}-{uuid.uuid4().hex[:8]}"
+        self.client.submit_job(entrypoint=shlex.join([self.python, "-m", "egpo.ablation.attempt", str(work)]),
+                               submission_id=sid, runtime_env=self.env,
+                               metadata={"egpo_ablation": str(work.parent), "egpo_run": work.name})
+        (work / JOB).write_text(json.dumps({"address": self.address, "submission_id": sid,
+                                            "submitted": time.time()}) + "\n")
+        self.active[sid] = work
+        self.attempts[work] = self.attempts.get(work, 0) + 1
+        print(f"[ablation] {work.name}: submitted as job {sid}", flush=True)
+        return sid
+
+    def adopt(self, work: Path) -> bool:
+        """A job an earlier invocation submitted for this run and left pending or running: waited for, not
+        started twice."""
+        path = work / JOB
+        if not path.exists():
+            return False
+        job = json.loads(path.read_text())
+        if job.get("address") != self.address:
+            return False
+        try:
+            state = self.status(job["submission_id"])
+        except Exception:  # noqa: BLE001 - a job the cluster no longer knows: the run is submitted again
+            return False
+        if state not in ACTIVE:
+            return False
+        self.active[job["submission_id"]] = work
+        self.attempts[work] = 1
+        print(f"[ablation] {work.name}: job {job['submission_id']} is still {state}, waiting for it", flush=True)
+        return True
+
+    def run(self, runs: list[Path]) -> list[str]:
+        """Every run to its end; returns the names of those that failed every attempt."""
+        queue = deque(work for work in runs if not (work / DONE).exists() and not self.adopt(work))
+        for work in runs:
+            if (work / DONE).exists():
+                print(f"[ablation] {work.name}: done before, skipped", flush=True)
+        failed: list[str] = []
+        unreachable_since = None
+        try:
+            while queue or self.active:
+                while queue and len(self.active) < self.max_parallel:
+                    self.submit(queue.popleft())
+                time.sleep(self.poll)
+                try:
+                    states = {sid: self.status(sid) for sid in list(self.active)}
+                except Exception as err:  # noqa: BLE001 - a dashboard restart must not end a week of runs
+                    unreachable_since = unreachable_since or time.time()
+                    if time.time() - unreachable_since > UNREACHABLE_FOR:
+                        raise SystemExit(f"[ablation] the Ray dashboard at {self.address} has not answered for "
+                                         f"{UNREACHABLE_FOR} s ({err}); the jobs run on: rerun the same command to "
+                                         "wait for them again") from None
+                    continue
+                unreachable_since = None
+                for sid, state in states.items():
+                    self.changed(sid, state, queue, failed)
+        except KeyboardInterrupt:
+            self.stop_all()
+            raise SystemExit("[ablation] interrupted: the jobs it submitted were stopped; rerun the same command to "
+                             "resume them from their last checkpoints") from None
+        return failed
+
+    def changed(self, sid: str, state: str, queue: deque, failed: list[str]) -> None:
+        work = self.active[sid]
+        if state == self.state.get(sid):
+            return
+        self.state[sid] = state
+        if state in ACTIVE:
+            print(f"[ablation] {work.name}: {state} (job {sid})", flush=True)
+            return
+        del self.active[sid]
+        if state == "SUCCEEDED" and (work / DONE).exists():
+            print(f"[ablation] {work.name}: done (job {sid})", flush=True)
+            return
+        if state == "SUCCEEDED":
+            failed.append(work.name)
+            print(f"[ablation] {work.name}: job {sid} succeeded but {work / DONE} does not exist here: the ablation's "
+                  "--out must be on storage every node mounts at the same path", flush=True)
+            return
+        message = ""
+        try:
+            # Ray's message ends with the job's last logs; the run's own log's tail follows below
+            message = (self.client.get_job_info(sid).message or "").split(", last available logs")[0].splitlines()[0]
+        except Exception:  # noqa: BLE001 - the log's tail below says what happened
+            pass
+        again = state == "FAILED" and self.attempts[work] <= self.retries
+        print(f"[ablation] {work.name}: {state} (job {sid}{'; ' + message if message else ''})"
+              f"{', resubmitting from its last checkpoint' if again else ''}; the end of {work.name}/log.txt:\n"
+              + log_tail(work), flush=True)
+        if again:
+            queue.appendleft(work)
+        else:
+            failed.append(work.name)
+
+    def stop_all(self, wait: float = 60.0) -> None:
+        """Stops the jobs this dispatch submitted or waits for, and no other."""
+        for sid, work in self.active.items():
+            try:
+                self.client.stop_job(sid)
+                print(f"[ablation] {work.name}: stopping job {sid}", flush=True)
+            except Exception as err:  # noqa: BLE001 - reported; the others are stopped all the same
+                print(f"[ablation] {work.name}: could not stop job {sid}: {err}", flush=True)
+        end = time.time() + wait
+        while self.active and time.time() < end:
+            for sid in list(self.active):
+                try:
+                    if self.status(sid) in ENDED:
+                        print(f"[ablation] {self.active.pop(sid).name}: job {sid} stopped", flush=True)
+                except Exception:  # noqa: BLE001
+                    self.active.pop(sid)
+            time.sleep(1)

@@ -1,0 +1,116 @@
+"""A Ray cluster of the test's own on this machine: `ray start --head` on free ports and a temp dir of its own, and
+stopped by the test, by that temp dir (every process of this cluster names it, the others do not), never with
+`ray stop`, which would end every Ray cluster on the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PORT_OPTIONS = ("--port", "--dashboard-port", "--ray-client-server-port", "--node-manager-port",
+                "--object-manager-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                "--metrics-export-port", "--runtime-env-agent-port")
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@dataclass
+class Cluster:
+    temp_dir: Path
+    dashboard: str  # http://127.0.0.1:PORT, the address jobs are submitted to
+    env: dict  # the environment of the cluster and its clients (its token authentication)
+
+    def processes(self):
+        """This cluster's processes: those whose command line names its temp dir, and their descendants."""
+        import psutil
+
+        me = psutil.Process()
+        spared = {me.pid, *(parent.pid for parent in me.parents())}
+        roots = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if proc.pid in spared:
+                continue
+            try:
+                if any(str(self.temp_dir) in arg for arg in proc.info["cmdline"] or ()):
+                    roots.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        found = {}
+        for root in roots:
+            try:
+                for proc in (root, *root.children(recursive=True)):
+                    if proc.pid not in spared:
+                        found[proc.pid] = proc
+            except psutil.NoSuchProcess:
+                continue
+        return list(found.values())
+
+    def stop(self) -> None:
+        import psutil
+
+        procs = self.processes()
+        for proc in procs:
+            try:
+                proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=15)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=15)
+
+
+def start_cluster(num_cpus: int, num_gpus: int, resources: dict) -> Cluster:
+    """A head node with the given logical resources and Ray's token authentication on (its own token)."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="egpo-ray-", dir="/tmp"))
+    ports = dict(zip(PORT_OPTIONS, free_ports(len(PORT_OPTIONS) + 1)))
+    worker_low = free_ports(1)[0]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    ray = Path(sys.executable).with_name("ray")
+    cmd = [str(ray), "start", "--head", f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+           f"--resources={json.dumps(resources)}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+           *(f"{option}={port}" for option, port in ports.items()),
+           f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 200}"]
+    cluster = Cluster(temp_dir, f"http://127.0.0.1:{ports['--dashboard-port']}", env)
+    started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=temp_dir)
+    if started.returncode != 0:
+        cluster.stop()
+        raise RuntimeError(f"ray start failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}")
+    wait_for_dashboard(cluster)
+    return cluster
+
+
+def wait_for_dashboard(cluster: Cluster, timeout: float = 120) -> None:
+    code = ("from ray.job_submission import JobSubmissionClient; import sys; "
+            "JobSubmissionClient(sys.argv[1]).list_jobs()")
+    end = time.time() + timeout
+    while True:
+        probe = subprocess.run([sys.executable, "-c", code, cluster.dashboard], env=cluster.env,
+                               capture_output=True, text=True, timeout=120)
+        if probe.returncode == 0:
+            return
+        if time.time() > end:
+            raise RuntimeError(f"the dashboard at {cluster.dashboard} did not answer:\n{probe.stderr[-2000:]}")
+        time.sleep(2)

@@ -1,0 +1,283 @@
+"""The ablation's dispatch to a Ray cluster, against a scripted job client (what Ray's JobSubmissionClient answers),
+and its attempt entrypoint with a stand-in training command: how many jobs at once, which failures are resubmitted,
+what is adopted from an earlier invocation, what Ctrl-C stops; what a run asks of a node and how many the cluster
+holds; the start-up check of a run that joins a cluster. The real cluster: tests/test_ablation_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from egpo.ablation.attempt import write_run
+from egpo.ablation.cluster import JobDispatch, capacity, run_resources, runtime_env
+from egpo.run_state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
+from test_recipes import RECIPES
+
+ADDRESS = "http://head:8265"
+
+
+class Info:
+    def __init__(self, message):
+        self.message = message
+
+
+class ScriptedJobs:
+    """Each submitted job walks through the states its run's script gives (one per look), the last one staying;
+    a job that reaches SUCCEEDED has written its run's done.json, unless the script says ``SUCCEEDED-nofile``."""
+
+    def __init__(self, scripts: dict[str, list[list[str]]], foreign: tuple[str, ...] = ()):
+        self.scripts = {name: list(attempts) for name, attempts in scripts.items()}
+        self.jobs: dict[str, dict] = {sid: {"states": ["RUNNING"], "work": None} for sid in foreign}
+        self.submitted: list[str] = []
+        self.stopped: list[str] = []
+        self.live: set[str] = set()  # submitted and not yet seen ended
+        self.most_running = 0
+        self.interrupt_after: int | None = None
+        self.looks = 0
+
+    def submit_job(self, entrypoint, submission_id, runtime_env, metadata):
+        work = Path(entrypoint.split()[-1])
+        assert entrypoint.split()[1:3] == ["-m", "egpo.ablation.attempt"] and metadata["egpo_run"] == work.name
+        self.jobs[submission_id] = {"states": list(self.scripts[work.name].pop(0)), "work": work}
+        self.submitted.append(work.name)
+        self.live.add(submission_id)
+        self.most_running = max(self.most_running, len(self.live))
+        return submission_id
+
+    def get_job_status(self, sid):
+        self.looks += 1
+        if self.interrupt_after is not None and self.looks > self.interrupt_after:
+            self.interrupt_after = None  # one Ctrl-C
+            raise KeyboardInterrupt
+        job = self.jobs[sid]
+        state = job["states"].pop(0) if len(job["states"]) > 1 else job["states"][0]
+        if state == "SUCCEEDED" and job["work"] is not None:
+            (job["work"] / DONE).write_text("{}")
+        if state not in ("PENDING", "RUNNING"):
+            self.live.discard(sid)
+        return "SUCCEEDED" if state == "SUCCEEDED-nofile" else state
+
+    def stop_job(self, sid):
+        self.stopped.append(sid)
+        self.jobs[sid]["states"] = ["STOPPED"]
+
+    def get_job_info(self, sid):
+        return Info("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\nnoise")
+
+
+def runs(tmp_path, names):
+    works = []
+    for name in names:
+        work = tmp_path / name
+        work.mkdir()
+        (work / "log.txt").write_text(f"training of {name}\nTraceback: the last line of {name}\n")
+        works.append(work)
+    return works
+
+
+def dispatch(client, max_parallel=2, retries=1):
+    return JobDispatch(client, ADDRESS, max_parallel, retries, {"env_vars": {}}, "/venv/bin/python", poll=0)
+
+
+def test_at_most_max_parallel_jobs_at_once_and_every_run_to_its_end(tmp_path, capsys):
+    names = ["a__seed0", "b__seed0", "a__seed1", "b__seed1", "a__seed2"]
+    client = ScriptedJobs({n: [["PENDING", "RUNNING", "RUNNING", "SUCCEEDED"]] for n in names})
+    assert dispatch(client, max_parallel=2).run(runs(tmp_path, names)) == []
+    assert client.submitted == names and client.most_running == 2
+    out = capsys.readouterr().out
+    for name in names:
+        assert f"{name}: submitted as job egpo-{name}-" in out and f"{name}: RUNNING (job" in out
+        assert f"{name}: done (job" in out
+        assert json.loads((tmp_path / name / JOB).read_text())["address"] == ADDRESS
+
+
+def test_a_failed_job_is_resubmitted_up_to_retries_with_its_log_tail(tmp_path, capsys):
+    client = ScriptedJobs({"a__seed0": [["RUNNING", "FAILED"], ["RUNNING", "SUCCEEDED"]],
+                           "b__seed0": [["RUNNING", "FAILED"], ["FAILED"]], "c__seed0": [["SUCCEEDED"]]})
+    failed = dispatch(client, max_parallel=1, retries=1).run(runs(tmp_path, ["a__seed0", "b__seed0", "c__seed0"]))
+    assert failed == ["b__seed0"]
+    # a failed run goes back to the front of the queue: it resumes before the runs behind it start
+    assert client.submitted == ["a__seed0", "a__seed0", "b__seed0", "b__seed0", "c__seed0"]
+    out = capsys.readouterr().out
+    assert "a__seed0: FAILED (job egpo-a__seed0-" in out and "; Job entrypoint command failed with exit code 1)" in out
+    assert "noise" not in out  # Ray's copy of the job's logs: the run's log's tail is printed instead
+    assert "resubmitting from its last checkpoint; the end of a__seed0/log.txt:\n" in out
+    assert "Traceback: the last line of b__seed0" in out
+
+
+def test_a_job_stopped_outside_the_ablation_is_not_resubmitted(tmp_path):
+    client = ScriptedJobs({"a__seed0": [["RUNNING", "STOPPED"]]})
+    assert dispatch(client, retries=3).run(runs(tmp_path, ["a__seed0"])) == ["a__seed0"]
+    assert client.submitted == ["a__seed0"]
+
+
+def test_a_job_that_succeeded_without_done_json_here_means_storage_the_nodes_do_not_share(tmp_path, capsys):
+    client = ScriptedJobs({"a__seed0": [["RUNNING", "SUCCEEDED-nofile"]]})
+    assert dispatch(client).run(runs(tmp_path, ["a__seed0"])) == ["a__seed0"]
+    assert "--out must be on storage every node mounts at the same path" in capsys.readouterr().out
+
+
+def test_finished_runs_are_skipped_and_a_job_still_running_from_before_is_waited_for_not_started_twice(tmp_path):
+    works = runs(tmp_path, ["done__seed0", "running__seed0", "gone__seed0", "other__seed0"])
+    (works[0] / DONE).write_text("{}")
+    (works[1] / JOB).write_text(json.dumps({"address": ADDRESS, "submission_id": "earlier"}))
+    (works[2] / JOB).write_text(json.dumps({"address": ADDRESS, "submission_id": "ended"}))
+    (works[3] / JOB).write_text(json.dumps({"address": "http://another:8265", "submission_id": "earlier"}))
+    client = ScriptedJobs({"gone__seed0": [["SUCCEEDED"]], "other__seed0": [["SUCCEEDED"]]})
+    client.jobs["earlier"] = {"states": ["RUNNING", "SUCCEEDED"], "work": works[1]}
+    client.jobs["ended"] = {"states": ["FAILED"], "work": works[2]}
+    assert dispatch(client).run(works) == []
+    assert client.submitted == ["gone__seed0", "other__seed0"]
+    assert (works[1] / DONE).exists()
+
+
+def test_ctrl_c_stops_the_jobs_it_submitted_or_waits_for_and_no_other(tmp_path, capsys):
+    client = ScriptedJobs({n: [["RUNNING"]] for n in ("a__seed0", "b__seed0", "c__seed0")},
+                          foreign=("someone-elses-job",))
+    client.interrupt_after = 4
+    works = runs(tmp_path, ["a__seed0", "b__seed0", "c__seed0"])
+    with pytest.raises(SystemExit, match="interrupted: the jobs it submitted were stopped"):
+        dispatch(client, max_parallel=2).run(works)
+    assert sorted(client.stopped) == sorted(s for s, j in client.jobs.items() if j["work"] in works[:2])
+    assert "someone-elses-job" not in client.stopped and client.submitted == ["a__seed0", "b__seed0"]
+
+
+def compose(*overrides):
+    from egpo.preflight.__main__ import compose as compose_config
+
+    return compose_config(str(RECIPES), "cpu_smoke", list(overrides))
+
+
+def test_what_a_run_asks_of_a_node_and_how_many_runs_a_cluster_holds():
+    need, nnodes = run_resources(compose())
+    assert (need, nnodes) == ({"GPU": 1.0, "cpu": 1.0, "CPU": 8.0}, 1)  # recipes/cpu/base.yaml
+    assert capacity([{"GPU": 2, "cpu": 2, "CPU": 16}], need, nnodes) == 2
+    assert capacity([{"GPU": 2, "cpu": 2, "CPU": 12}], need, nnodes) == 1  # CPUs for one run only
+    assert capacity([{"GPU": 4, "CPU": 64}], need, nnodes) == 0  # no 'cpu' resource: egpo's CPU bundles ask for it
+    eight = {"GPU": 8.0}
+    assert capacity([{"GPU": 8}, {"GPU": 8}, {"GPU": 4}], eight, 1) == 2
+    assert capacity([{"GPU": 8}, {"GPU": 8}, {"GPU": 8}], eight, 2) == 1  # a 2-node run takes two whole nodes
+    assert capacity([{"GPU": 16}], eight, 1) == 2
+
+
+def test_a_cluster_that_cannot_place_one_run_is_refused_before_any_job(monkeypatch):
+    from egpo.ablation import cluster
+
+    monkeypatch.setattr(cluster, "nodes_resources", lambda address: [{"GPU": 4.0, "CPU": 32.0}])
+    with pytest.raises(SystemExit, match=r"cannot place one run: each asks GPU 1, cpu 1, CPU 8 .*GPU 4, cpu 0, CPU 32"):
+        cluster.default_max_parallel(ADDRESS, compose())
+    assert cluster.default_max_parallel(ADDRESS, compose("trainer.device=cuda", "actor_rollout_ref.rollout.name=vllm")) == 4
+
+
+def test_the_jobs_runtime_env_adds_the_users_to_egpos(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/shared/src")
+    env = runtime_env('{"env_vars": {"HF_HOME": "/shared/hf", "PYTHONUNBUFFERED": "0"}, "pip": ["x"]}')
+    assert env == {"pip": ["x"], "env_vars": {"PYTHONUNBUFFERED": "0", "PYTHONPATH": "/shared/src",
+                                              "HF_HOME": "/shared/hf"}}
+    with pytest.raises(SystemExit, match="must be a JSON object"):
+        runtime_env("[1]")
+
+
+def test_a_run_that_joins_a_cluster_gives_ray_init_no_node_resources_and_the_fix_works(monkeypatch):
+    from egpo.ablation.cluster import CLUSTER_OVERRIDES
+    from egpo.settings import EgpoConfigError
+    from egpo.trainer.startup_checks import check_cpu_backend, check_ray_cluster_settings
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    check_ray_cluster_settings(compose())  # its own Ray: the recipe's counts are ray.init's
+    with pytest.raises(EgpoConfigError) as refused:
+        check_ray_cluster_settings(compose("++ray_kwargs.ray_init.address=auto"))
+    fix = str(refused.value).rsplit(": set ", 1)[1].split()
+    assert fix == ["++ray_kwargs.ray_init.num_cpus=null", "++ray_kwargs.ray_init.num_gpus=null",
+                   "++ray_kwargs.ray_init.resources=null"]
+    joined = compose("++ray_kwargs.ray_init.address=auto", *fix)
+    check_ray_cluster_settings(joined)
+    check_cpu_backend(joined)  # the cluster's nodes hold the logical GPUs and 'cpu's, not ray.init
+    assert list(CLUSTER_OVERRIDES) == ["++ray_kwargs.ray_init.address=auto", *fix]
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # a Ray job's entrypoint
+    with pytest.raises(EgpoConfigError, match="RAY_ADDRESS=10.0.0.1:6379"):
+        check_ray_cluster_settings(compose())
+    with pytest.raises(EgpoConfigError, match="num_gpus"):  # its own Ray, without the counts: refused as before
+        monkeypatch.delenv("RAY_ADDRESS")
+        check_cpu_backend(compose("++ray_kwargs.ray_init.num_gpus=null"))
+
+
+STAND_IN = """
+import json, os, sys, time
+path = sys.argv[2]  # the attempt's metrics file, which egpo.main's command names for verl's file logger
+for step in (1, 2):
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": step, "data": {"cwd": os.getcwd()}}) + "\\n")
+if sys.argv[1] == "sleep":
+    print("training", flush=True)
+    time.sleep(600)
+sys.exit(int(sys.argv[1]) if sys.argv[1] != "sleep" else 0)
+"""
+
+
+def attempt_run(tmp_path, how: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(STAND_IN)
+    work = tmp_path / "out" / "a__seed0"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        write_run(work, "a", 0, 2, [sys.executable, str(script), how, str(work / ATTEMPT_METRICS)], keep=2, timeout=0)
+    finally:
+        os.chdir(cwd)
+    return work
+
+
+def entrypoint(work: Path, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "egpo.ablation.attempt", str(work)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
+
+
+def test_the_job_entrypoint_runs_the_attempt_where_the_ablation_was_started_and_echoes_its_log(tmp_path):
+    work = attempt_run(tmp_path, "0")
+    proc = entrypoint(work, cwd="/")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert [s["data"]["cwd"] for s in read_steps(work / METRICS_FILE)] == [str(tmp_path)] * 2
+    assert (work / DONE).exists() and not (work / ATTEMPT).exists()
+    assert "attempt ended with status 0" in out
+
+    failing = attempt_run(tmp_path, "3")
+    (failing / DONE).unlink()
+    proc = entrypoint(failing)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and json.loads((failing / FAILED).read_text())["returncode"] == 3
+
+
+def test_the_job_entrypoint_stopped_by_ray_records_the_attempt_and_stops_its_training(tmp_path):
+    work = attempt_run(tmp_path, "sleep")
+    proc = entrypoint(work)
+    deadline = time.time() + 60
+    while not (work / ATTEMPT).exists() and time.time() < deadline:
+        time.sleep(0.2)
+    training = json.loads((work / ATTEMPT).read_text())["pid"]
+    os.killpg(proc.pid, signal.SIGTERM)  # what Ray's job stop sends to the entrypoint's process group
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    assert json.loads((work / FAILED).read_text())["returncode"] == -signal.SIGTERM
+    with pytest.raises(ProcessLookupError):
+        os.kill(training, 0)
+
+
+def test_the_job_entrypoint_names_the_storage_fix_when_the_run_is_not_on_its_node(tmp_path):
+    proc = entrypoint(tmp_path / "not-here")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "must be on storage every node mounts at the same path" in out
+    work = attempt_run(tmp_path, "0")
+    spec = json.loads((work / "run.json").read_text())
+    (work / "run.json").write_text(json.dumps({**spec, "cwd": str(tmp_path / "elsewhere")}))
+    proc = entrypoint(work)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "is not on" in out and "start the ablation from storage" in out
