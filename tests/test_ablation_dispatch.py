@@ -281,3 +281,16 @@ def test_the_job_entrypoint_names_the_storage_fix_when_the_run_is_not_on_its_nod
     proc = entrypoint(work)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "is not on" in out and "start the ablation from storage" in out
+
+
+def test_a_job_ray_refuses_stops_the_dispatch_and_leaves_the_submitted_ones_running(tmp_path):
+    class Refusing(ScriptedJobs):
+        def submit_job(self, entrypoint, submission_id, runtime_env, metadata):
+            if "b__seed0" in entrypoint:
+                raise RuntimeError("runtime_env: pip package 'nope' not found")
+            return super().submit_job(entrypoint, submission_id, runtime_env, metadata)
+
+    client = Refusing({"a__seed0": [["RUNNING"]]})
+    with pytest.raises(SystemExit, match=r"b__seed0: Ray refused the job \(RuntimeError: runtime_env: pip package"):
+        dispatch(client).run(runs(tmp_path, ["a__seed0", "b__seed0"]))
+    assert client.submitted == ["a__seed0"] and client.stopped == []  # a rerun waits for it (adoption)

@@ -133,3 +133,19 @@ def test_ablation_refuses_keeping_fewer_than_two_checkpoints(tmp_path):
     with pytest.raises(SystemExit, match="--keep must be at least 2"):
         main([f"--config-path={RECIPES}", "--config-name=cpu_smoke", "--arms", "grpo", "--out", str(tmp_path),
               "--keep", "1"])
+
+
+def test_status_of_a_run_whose_attempt_is_a_ray_job_or_on_another_machine(tmp_path):
+    work = tmp_path / "egpo_rollout__seed0"
+    work.mkdir()
+    (work / RUN).write_text(json.dumps({"arm": "egpo_rollout", "seed": 0, "steps": 10}))
+    assert run_status(work, job_alive=True).state == "submitted"  # the job waits for its node: no attempt yet
+    write_steps(work / ATTEMPT_METRICS, [1, 2, 3])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a process id that is gone here
+    (work / ATTEMPT).write_text(json.dumps({"pid": dead.pid, "host": "node-7", "resumed_from": 0, "started": 0.0}))
+    assert (run_status(work).state, run_status(work).step) == ("running", 3)  # another machine's process: not ours
+    assert run_status(work, job_alive=True).state == "running"
+    assert run_status(work, job_alive=False).state == "failed"  # Ray says the job ended without done.json
+    (work / ATTEMPT).write_text(json.dumps({"pid": dead.pid, "resumed_from": 0, "started": 0.0}))
+    assert run_status(work).state == "failed"  # this machine's process, gone

@@ -107,7 +107,7 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
                 return {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume}
             raise
         if pump is not None:
-            pump.join()
+            pump.join(timeout=30)  # a process the training left behind may hold its output open
     result = {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume}
     end_attempt(work, result, spec["keep"])
     return result

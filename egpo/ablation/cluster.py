@@ -165,7 +165,13 @@ class JobDispatch:
         try:
             while queue or self.active:
                 while queue and len(self.active) < self.max_parallel:
-                    self.submit(queue.popleft())
+                    work = queue.popleft()
+                    try:
+                        self.submit(work)
+                    except Exception as err:  # noqa: BLE001 - Ray's errors here are many; each is reported whole
+                        raise SystemExit(f"[ablation] {work.name}: Ray refused the job ({type(err).__name__}: {err}); "
+                                         "the jobs already submitted run on: rerun the same command to wait for "
+                                         "them and submit the rest") from None
                 time.sleep(self.poll)
                 try:
                     states = {sid: self.status(sid) for sid in list(self.active)}
