@@ -9,7 +9,7 @@ them. Inside the scheduler process, a bench-only entry times (a) egpo's entropy 
 (each committed token's value into its request) and (b) the whole decode step (``run_batch`` + ``process_batch_result``, overlap scheduling
 off so both are synchronous), per decode batch size. The share is (a) / (b), measured on the same steps of one
 run. Models: the demo Qwen3 (V=80) and a random-weight model with Qwen3-0.6B's shape (V=151936, 28 layers,
-hidden 1024), fp32, built locally. Needs sglang's CPU install (README, "sglang on a CPU").
+hidden 1024), fp32, built locally. Needs sglang's CPU install (docs/cpu.md, "sglang on a CPU").
 """
 
 from __future__ import annotations

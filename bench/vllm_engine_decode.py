@@ -2,7 +2,7 @@
 
     python bench/vllm_engine_decode.py [--models demo qwen3-0.6b] [--batches 1 32 256] [--new-tokens 8]
 
-Runs in the vLLM CPU engine environment (README, "Rollout entropy from vLLM"). For each model one in-process
+Runs in the vLLM CPU engine environment (docs/rollout-entropy.md, "Rollout entropy from vLLM"). For each model one in-process
 ``LLM`` is started with egpo's entropy on, as egpo's vLLM server starts it (the options exported, so vLLM's own
 plugin loader applies the sampler patch). Bench-only timers wrap (a) egpo's entropy computation inside the patched
 ``Sampler.sample`` and (b) the engine core's whole step (schedule, model forward, sampling, output processing);

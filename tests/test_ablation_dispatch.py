@@ -69,7 +69,8 @@ class ScriptedJobs:
         self.jobs[sid]["states"] = ["STOPPED"]
 
     def get_job_info(self, sid):
-        return Info("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\nnoise")
+        return Info("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
+                    "chars):\nnoise")
 
 
 def runs(tmp_path, names):
@@ -173,7 +174,8 @@ def test_a_cluster_that_cannot_place_one_run_is_refused_before_any_job(monkeypat
     monkeypatch.setattr(cluster, "nodes_resources", lambda address: [{"GPU": 4.0, "CPU": 32.0}])
     with pytest.raises(SystemExit, match=r"cannot place one run: each asks GPU 1, cpu 1, CPU 8 .*GPU 4, cpu 0, CPU 32"):
         cluster.default_max_parallel(ADDRESS, compose())
-    assert cluster.default_max_parallel(ADDRESS, compose("trainer.device=cuda", "actor_rollout_ref.rollout.name=vllm")) == 4
+    gpu_run = compose("trainer.device=cuda", "actor_rollout_ref.rollout.name=vllm")
+    assert cluster.default_max_parallel(ADDRESS, gpu_run) == 4
 
 
 def test_the_jobs_runtime_env_adds_the_users_to_egpos(monkeypatch):

