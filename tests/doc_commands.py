@@ -80,9 +80,18 @@ def inline_commands(path: Path) -> list[Command]:
 
 
 def config_keys(path: Path) -> list[tuple[int, str]]:
-    """(line, key) of every config key the text names, but those written with ``+``/``++`` (keys a run adds)."""
+    """(line, key) of every config key the text names, but those written with ``+``/``++`` (keys a run adds); in a
+    section titled with a key prefix (``## ... (`algorithm.*`)``), the keys of its tables' first column too."""
     text = path.read_text()
-    return [(text[:m.start()].count("\n") + 1, m.group(2)) for m in KEY.finditer(text) if not m.group(1)]
+    keys = [(text[:m.start()].count("\n") + 1, m.group(2)) for m in KEY.finditer(text) if not m.group(1)]
+    prefix = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            heading = re.search(r"\(`([a-z_][a-z0-9_.]*)\.\*`\)", line)
+            prefix = heading.group(1) if heading else None
+        elif prefix and (row := re.match(r"\| `([a-z_][a-z0-9_.]*)` \|", line)):
+            keys.append((number, f"{prefix}.{row.group(1)}"))
+    return sorted(keys)
 
 
 def python_names(path: Path) -> list[tuple[int, str]]:
