@@ -71,7 +71,7 @@ class Cluster:
                 proc.terminate()
             except psutil.NoSuchProcess:
                 pass
-        _, alive = psutil.wait_procs(procs, timeout=15)
+        _, alive = psutil.wait_procs(procs, timeout=5)
         for proc in alive:
             try:
                 proc.kill()

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.e2e]
 def cluster():
     from ray_cluster import start_cluster
 
-    # two CPU runs at once: each asks 1 'GPU', 1 'cpu' and its recipe's 8 CPUs (logical counts on this machine)
+    # two CPU runs at once (four at once took longer on 2 cores): each asks 1 'GPU', 1 'cpu' and its recipe's 8 CPUs
     cluster = start_cluster(num_cpus=16, num_gpus=2, resources={"cpu": 2})
     yield cluster
     cluster.stop()
