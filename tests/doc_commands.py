@@ -145,17 +145,27 @@ def check_main(args: list[str]) -> None:
     compose_checked(*hydra_args(args))
 
 
-def check_argparse(module: str, args: list[str]):
+# where each egpo command's parser() lives
+PARSER_MODULES = {"egpo.preflight": "egpo.preflight.__main__", "egpo.ablation": "egpo.ablation.cli"}
+
+
+def command_parser(module: str):
+    """The argument parser of ``python -m module`` (None: the command has none)."""
     import importlib
 
+    imported = importlib.import_module(PARSER_MODULES.get(module, module))
+    return imported.parser() if hasattr(imported, "parser") else None
+
+
+def check_argparse(module: str, args: list[str]):
     try:
-        return importlib.import_module(module).parser().parse_args(args)
+        return command_parser(module).parse_args(args)
     except SystemExit as err:
         raise AssertionError(f"python -m {module} refuses these arguments (exit {err.code})") from None
 
 
 def check_preflight(args: list[str]) -> None:
-    parsed = check_argparse("egpo.preflight.__main__", args)
+    parsed = check_argparse("egpo.preflight", args)
     compose_checked(parsed.config_path and _path(parsed.config_path), parsed.config_name, list(parsed.overrides))
 
 
@@ -283,11 +293,8 @@ def check_inline(command: Command) -> None:
         assert not unknown, f"egpo.main has no option {unknown}"
         return
     assert module in EGPO_MODULES, f"python -m {module}: not one of egpo's commands ({', '.join(EGPO_MODULES)})"
-    import importlib
-
-    target = {"egpo.preflight": "egpo.preflight.__main__", "egpo.ablation": "egpo.ablation.cli"}.get(module, module)
-    imported = importlib.import_module(target)
-    known = set(imported.parser()._option_string_actions) | {"--status"} if hasattr(imported, "parser") else set()
+    parser = command_parser(module)
+    known = set(parser._option_string_actions) | {"--status"} if parser is not None else set()
     unknown = [f for f in flags if f not in known]
     assert not unknown, f"python -m {module} has no option {unknown}"
 

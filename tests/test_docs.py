@@ -24,20 +24,22 @@ def test_the_docs_show_commands_to_check():
     assert any(c.argv[1:3] == ["-m", "egpo.ablation"] and "--ray-address" in c.argv for c in COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: f"{c.doc}:{c.line}:{c.argv[0]}")
-def test_every_shell_command_in_the_docs_works_as_written(command):
+def checked(check, command: Command) -> None:
+    """``check(command)``, its failure naming the doc, the line and the command."""
     try:
-        check_command(command)
+        check(command)
     except AssertionError as err:
         raise AssertionError(f"{command.where()}\n{err}") from None
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: f"{c.doc}:{c.line}:{c.argv[0]}")
+def test_every_shell_command_in_the_docs_works_as_written(command):
+    checked(check_command, command)
 
 
 @pytest.mark.parametrize("command", INLINE, ids=lambda c: f"{c.doc}:{c.line}")
 def test_every_inline_egpo_command_takes_the_options_it_names(command):
-    try:
-        check_inline(command)
-    except AssertionError as err:
-        raise AssertionError(f"{command.where()}\n{err}") from None
+    checked(check_inline, command)
 
 
 def test_every_config_key_the_docs_name_exists():
