@@ -7,6 +7,10 @@ ACTOR_ENTROPY = "egpo_actor_entropy"
 # meta_info entry that carries egpo's step metrics from where they are measured to the step's metrics.
 STEP_METRICS = "egpo_step_metrics"
 
+# The response mask narrowed to the tokens the actor update trains on (algorithm.egpo_token_selection=top_entropy),
+# (bs, response_length), set with the advantage and swapped in for response_mask during the actor update only.
+UPDATE_MASK = "egpo_update_mask"
+
 ENTROPY_KEY_BY_SOURCE = {"actor": ACTOR_ENTROPY, "rollout": ROLLOUT_ENTROPY}
 # Dropped before the actor update: nothing downstream of the advantage reads them.
 TRANSIENT_BATCH_KEYS = (ACTOR_ENTROPY, ROLLOUT_ENTROPY)

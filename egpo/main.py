@@ -23,6 +23,7 @@ from egpo.trainer.startup_checks import (
     check_cpu_backend,
     check_ray_cluster_settings,
     check_rollout_entropy_path,
+    check_token_selection,
     select_agent_loop_manager,
 )
 
@@ -79,6 +80,7 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
     check_cpu_backend(config)
     select_agent_loop_manager(config, settings)
     check_rollout_entropy_path(config, settings)
+    check_token_selection(config, settings)
     prepare_actor_entropy(config, settings)
     config = migrate_legacy_reward_impl(config)
     if settings.enabled:

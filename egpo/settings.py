@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from egpo.advantage import validate_egpo_coefficients, validate_egpo_variant
 from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.advantage.token_selection import validate_token_selection
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
 ENTROPY_SOURCES = tuple(ENTROPY_KEY_BY_SOURCE)
@@ -66,6 +67,13 @@ class EgpoSettings:
     cot_start_token_id: int | None
     cot_end_token_id: int | None
     bypass_mode: bool
+    token_selection: str = "all"  # algorithm.egpo_token_selection: all | top_entropy (the 80/20 rule)
+    top_entropy_quantile: float = 0.2  # algorithm.egpo_top_entropy_quantile
+
+    @property
+    def selects_tokens(self) -> bool:
+        """The actor update trains on the batch's top-entropy tokens only."""
+        return self.enabled and self.token_selection == "top_entropy"
 
     @property
     def entropy_key(self) -> str:
@@ -83,8 +91,11 @@ class EgpoSettings:
             return "not egpo"
         form = "per-token bonus (Cheng et al.)" if self.granularity == "token" else "per-response bonus"
         where = "the thinking span" if self.span == "cot" else "every response token"
+        selection = (f"; policy gradient on the top {self.top_entropy_quantile:g} of the batch's tokens by entropy "
+                     "(egpo_token_selection=top_entropy)" if self.selects_tokens else "")
         return (f"egpo_granularity={self.granularity} egpo_span={self.span}: {form}, entropy read over {where}, "
-                f"from the {self.entropy_source}, egpo_lambda={self.egpo_lambda} egpo_alpha={self.egpo_alpha}")
+                f"from the {self.entropy_source}, egpo_lambda={self.egpo_lambda} egpo_alpha={self.egpo_alpha}"
+                f"{selection}")
 
     @classmethod
     def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":
@@ -101,9 +112,12 @@ class EgpoSettings:
         alpha = float(algorithm.get("egpo_alpha", 2.0))
         granularity = str(algorithm.get("egpo_granularity", "response"))
         span = str(algorithm.get("egpo_span", "cot"))
+        selection = str(algorithm.get("egpo_token_selection", "all"))
+        quantile = algorithm.get("egpo_top_entropy_quantile", 0.2)
         try:
             validate_egpo_coefficients(lam, alpha)
             validate_egpo_variant(granularity, span)
+            validate_token_selection(selection, quantile)
         except ValueError as err:
             raise EgpoConfigError(str(err)) from None
         ids = {}
@@ -123,6 +137,8 @@ class EgpoSettings:
             granularity=granularity,
             span=span,
             bypass_mode=bool(correction.get("bypass_mode", False)),
+            token_selection=selection,
+            top_entropy_quantile=float(quantile),
             **ids,
         )
         if settings.enabled and source == "actor" and settings.bypass_mode:

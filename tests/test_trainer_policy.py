@@ -16,7 +16,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.trainer import advantage_step
 from egpo.settings import EgpoSettings
-from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS
+from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, UPDATE_MASK
 from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
 from egpo.trainer.thought_watch import NeverThinksWatch
 
@@ -40,6 +40,7 @@ class RecordingWorkerGroup:
 
     def update_actor(self, batch):
         self.update_keys = set(batch.batch.keys())
+        self.update_mask = batch.batch["response_mask"].clone()
         self.update_meta = dict(batch.meta_info)
         return DataProto(meta_info={"metrics": {"actor/pg_loss": 0.1}})
 
@@ -262,3 +263,47 @@ def test_zero_entropy_on_padding_only_is_a_real_entropy():
     assert actor_entropy_computed(torch.tensor([[0.0, 0.2, 0.0], [0.0, 0.0, 0.0]]), mask)
     assert not actor_entropy_computed(torch.tensor([[0.0, 0.0, 5.0], [0.0, 3.0, 1.0]]), mask)  # only padding
     assert actor_entropy_computed(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))  # nothing to read
+
+
+@pytest.mark.parametrize("source", ["actor", "rollout"])
+@pytest.mark.parametrize("quantile", [0.25, 1.0])
+def test_top_entropy_selection_narrows_only_the_update(source, quantile):
+    """egpo_token_selection=top_entropy: the actor update sees the response mask narrowed to the batch's top-entropy
+    tokens of the chosen source (all of them, bit for bit, at quantile 1); the advantage, the batch after the update
+    and the mask verl's step metrics read are the full ones."""
+    from egpo.advantage.token_selection import top_entropy_mask
+
+    selection = ("algorithm.egpo_token_selection=top_entropy", f"algorithm.egpo_top_entropy_quantile={quantile}")
+    actor_entropy = torch.rand(BS, L, generator=torch.Generator().manual_seed(1))
+    runs = {}
+    for selected in (False, True):
+        trainer = make_trainer("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}",
+                               *(selection if selected else ()))
+        trainer.actor_rollout_wg = RecordingWorkerGroup(actor_entropy)
+        batch = make_batch(True)
+        entropy = actor_entropy if source == "actor" else batch.batch[ROLLOUT_ENTROPY].clone()
+        full_mask = batch.batch["response_mask"].clone()
+        batch, _, output = run_step(trainer, batch, bypass=False)
+        runs[selected] = (batch, trainer.actor_rollout_wg, output.meta_info["metrics"])
+    (plain, plain_wg, plain_metrics), (chosen, chosen_wg, metrics) = runs[False], runs[True]
+    expected = top_entropy_mask(entropy, full_mask, quantile)
+    assert torch.equal(plain_wg.update_mask, full_mask)
+    assert torch.equal(chosen_wg.update_mask, expected.mask) and chosen_wg.update_mask.dtype == full_mask.dtype
+    if quantile == 1.0:
+        assert torch.equal(chosen_wg.update_mask, full_mask)
+    else:
+        assert chosen_wg.update_mask.sum() < full_mask.sum()
+    assert torch.equal(chosen.batch["response_mask"], full_mask) and UPDATE_MASK not in chosen.batch.keys()
+    assert UPDATE_MASK not in chosen_wg.update_keys
+    assert torch.equal(chosen.batch["advantages"], plain.batch["advantages"])
+    assert metrics["egpo/token_selection/kept_frac"] == expected.n_kept / expected.n_valid
+    assert metrics["egpo/token_selection/entropy_threshold"] == expected.threshold
+    assert not any(k.startswith("egpo/token_selection/") for k in plain_metrics)
+
+
+def test_selection_without_its_mask_stops_the_update():
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.egpo_token_selection=top_entropy")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
+    with pytest.raises(advantage_step.MissingEntropyError, match="egpo_update_mask"):
+        trainer._update_actor(make_batch(False))
+    assert trainer.actor_rollout_wg.update_keys is None

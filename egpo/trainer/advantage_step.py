@@ -3,7 +3,8 @@
 verl's ``RayPPOTrainer.fit`` calls the module-level ``verl.trainer.ppo.ray_trainer.compute_advantage``, looked
 up at call time, and that function hands registered estimators no entropy. :func:`install` wraps it once per
 process: ``egpo`` is computed here from the batch (entropy chosen by ``algorithm.entropy_source``, responses,
-prompts), every other estimator goes to verl's function untouched. The wrap is guarded: if verl's shapes
+prompts), and with ``algorithm.egpo_token_selection=top_entropy`` the 80/20 rule's mask (``egpo_update_mask``) from
+the same entropy; every other estimator goes to verl's function untouched. The wrap is guarded: if verl's shapes
 change, start-up fails with the names of what changed.
 """
 
@@ -16,8 +17,9 @@ from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
 from egpo.advantage import compute_egpo_advantage_with_diagnostics, prompt_ends_inside_think
 from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.advantage.token_selection import top_entropy_mask
 from egpo.settings import EgpoSettings
-from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
+from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
 
@@ -103,10 +105,16 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
+    selection = None
+    if settings.selects_tokens:  # the 80/20 rule: the mask the actor update trains on, from the same entropy
+        selection = top_entropy_mask(entropy, batch["response_mask"], settings.top_entropy_quantile)
+        batch[UPDATE_MASK] = selection.mask
     for key in TRANSIENT_BATCH_KEYS:
         if key in batch.keys():
             batch.pop(key)
     metrics = diagnostics.as_metrics()  # an undefined figure (no span, no markers) is left out
+    if selection is not None:
+        metrics.update(selection.metrics())
     metrics["egpo/starts_inside_frac"] = float(starts_inside.float().mean()) if starts_inside is not None else 0.0
     metrics.update(variant_metrics(settings))
     add_step_metrics(data, metrics)

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from egpo.settings import EgpoConfigError
 
 EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "egpo_granularity", "egpo_span", "cot_start_token_id",
-                       "cot_end_token_id")
+                       "cot_end_token_id", "egpo_token_selection", "egpo_top_entropy_quantile")
 EGPO_KEYS = ("probe",)
 
 

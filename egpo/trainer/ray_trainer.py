@@ -9,7 +9,9 @@ verl methods overridden, nothing else:
 * ``_compute_old_log_prob``, ``_compute_ref_log_prob``, ``_compute_values``, ``_compute_reward_colocate``: egpo's
   entropy keys stay on the driver while verl ships the batch to a worker group (no worker reads them;
   :func:`entropy_kept_on_driver`).
-* ``_update_actor``: egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
+* ``_update_actor``: with ``algorithm.egpo_token_selection=top_entropy`` the batch's ``response_mask`` is the 80/20
+  rule's narrowed mask (``egpo_update_mask``, set with the advantage) for the update call only, and the full mask
+  again after it (verl's step metrics read it); egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
   step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed, and a run that
   reads the thinking span of a model that never thinks says so once (:mod:`egpo.trainer.thought_watch`). The entropy
   probe's metrics are logged as ``probe/*`` on either worker API.
@@ -28,7 +30,7 @@ from egpo.advantage.registry import register as register_estimator
 from egpo.trainer import advantage_step
 from egpo.settings import EgpoSettings
 from egpo.trainer.config import warn_on_temperature_mismatch
-from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS
+from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 from egpo.trainer.metrics import entropy_agreement, format_step_summary
 from egpo.trainer.thought_watch import NeverThinksWatch
 
@@ -83,7 +85,8 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         for key in TRANSIENT_BATCH_KEYS:
             if key in batch.batch.keys():
                 batch.batch.pop(key)
-        actor_output = super()._update_actor(batch)
+        with update_mask_applied(batch, self.egpo.selects_tokens):
+            actor_output = super()._update_actor(batch)
         metrics = actor_output.meta_info.setdefault("metrics", {})
         for key in [k for k in metrics if k.startswith(ENGINE_PROBE_PREFIX)]:  # verl's engine path prefixes "actor/"
             metrics[key[len("actor/"):]] = metrics.pop(key)
@@ -106,6 +109,29 @@ def entropy_kept_on_driver(batch: DataProto):
     finally:
         for key, value in kept.items():
             tensors[key] = value
+
+
+@contextmanager
+def update_mask_applied(batch: DataProto, selects_tokens: bool):
+    """``batch``'s ``response_mask`` is the 80/20 rule's mask (``egpo_update_mask``, which is taken out of the batch)
+    while the actor updates, and the full mask again after it. A run that selects tokens and finds no mask stops:
+    training on every token would be a different method under the same name."""
+    tensors = batch.batch
+    update_mask = tensors.pop(UPDATE_MASK) if UPDATE_MASK in tensors.keys() else None
+    if update_mask is None:
+        if selects_tokens:
+            raise advantage_step.MissingEntropyError(
+                "algorithm.egpo_token_selection=top_entropy, but the batch reached the actor update without egpo's "
+                f"'{UPDATE_MASK}': the advantage did not run through egpo's estimator. Run through `python -m "
+                "egpo.main` with algorithm.adv_estimator=egpo.")
+        yield
+        return
+    full_mask = tensors["response_mask"]
+    tensors["response_mask"] = update_mask
+    try:
+        yield
+    finally:
+        tensors["response_mask"] = full_mask
 
 
 UNCOMPUTED_ACTOR_ENTROPY = (

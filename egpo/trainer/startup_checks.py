@@ -1,4 +1,4 @@
-"""Start-up checks of the rollout path and the CPU backend (driver side, before Ray starts).
+"""Start-up checks of the rollout path, the CPU backend and the 80/20 rule's loss (driver side, before Ray starts).
 
 Each check turns a run that would fail deep inside Ray, or silently train without what it asked for,
 into one error naming the setting to change.
@@ -192,3 +192,30 @@ def check_vllm_rollout_entropy(rollout: DictConfig, settings: EgpoSettings) -> N
     except (VllmPatchTargetError, UnsupportedVllmSettingError) as err:
         raise EgpoConfigError(f"{str(err).rstrip('.')}. Or take the entropy from the actor: {fix_text((actor,))}",
                               (actor,)) from None
+
+
+def check_token_selection(config: DictConfig, settings: EgpoSettings) -> None:
+    """``algorithm.egpo_token_selection=top_entropy`` narrows the response mask the whole actor loss reads, so it needs
+    egpo's estimator (the mask is set from the entropy it keeps) and a loss that is the policy gradient alone: verl's
+    entropy bonus and KL loss would be aggregated over the kept tokens only."""
+    if settings.token_selection != "top_entropy":
+        return
+    actor = config.actor_rollout_ref.actor
+    problems, fix = [], []
+    if not settings.enabled:
+        problems.append(f"algorithm.adv_estimator=egpo (got {OmegaConf.select(config, 'algorithm.adv_estimator')}; "
+                        "egpo_lambda=0 is GRPO's advantage exactly)")
+        fix += ["algorithm.adv_estimator=egpo", "algorithm.egpo_lambda=0"]
+    if float(actor.get("entropy_coeff", 0) or 0) != 0:
+        problems.append(f"actor_rollout_ref.actor.entropy_coeff=0 (got {actor.entropy_coeff}: the entropy bonus would "
+                        "be taken over the kept tokens only)")
+        fix.append("actor_rollout_ref.actor.entropy_coeff=0")
+    if actor.get("use_kl_loss", False):
+        problems.append("actor_rollout_ref.actor.use_kl_loss=false (the KL loss would be taken over the kept tokens "
+                        "only)")
+        fix.append("actor_rollout_ref.actor.use_kl_loss=false")
+    if problems:
+        fixes = (tuple(fix),)
+        raise EgpoConfigError(
+            "algorithm.egpo_token_selection=top_entropy (the 80/20 rule: the policy gradient over the batch's "
+            f"top-entropy tokens) needs: {'; '.join(problems)}. Fix: {fix_text(fixes)}", fixes)

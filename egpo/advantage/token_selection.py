@@ -1,0 +1,93 @@
+"""The 80/20 rule (Wang et al. 2506.01939): the policy-gradient loss over only the batch's highest-entropy tokens.
+
+:func:`top_entropy_mask` narrows a response mask to the valid response tokens whose entropy is among the top
+``quantile`` of the whole batch's valid response tokens (one threshold per batch, as Wang et al. define it, not per
+response or per micro-batch). The trainer hands verl's actor update that narrowed mask in place of
+``response_mask``, so the loss's own aggregation (``loss_agg_mode``) runs over the kept tokens: token-mean divides
+by the kept tokens, not by every token with the others' advantages zeroed.
+
+The threshold is an order statistic, never interpolated: with N valid tokens, k = ceil(quantile * N) (the quantile
+read as written in decimal, so 0.2 * 10 keeps 2), the threshold is the k-th largest entropy, and every valid token
+at or above it is kept (ties at the threshold are all kept, so a batch can keep more than k). ``quantile=1`` keeps
+every valid token: the mask returned equals the one given, bit for bit. torch.quantile's linear interpolation
+(TRL's ``top_entropy_quantile``) keeps the same tokens or one fewer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import torch
+
+TOKEN_SELECTIONS = ("all", "top_entropy")
+
+
+def validate_token_selection(selection: str, quantile: float) -> None:
+    """``egpo_token_selection`` in :data:`TOKEN_SELECTIONS`, ``0 < egpo_top_entropy_quantile <= 1``."""
+    if selection not in TOKEN_SELECTIONS:
+        raise ValueError(
+            f"algorithm.egpo_token_selection={selection!r} is not one of "
+            f"{', '.join(repr(s) for s in TOKEN_SELECTIONS)}: 'all' trains on every response token, 'top_entropy' "
+            "only on the batch's highest-entropy tokens (algorithm.egpo_top_entropy_quantile of them)"
+        )
+    if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile <= 1:
+        raise ValueError(
+            f"algorithm.egpo_top_entropy_quantile must lie in (0, 1] (got {quantile!r}): the fraction of the batch's "
+            "valid response tokens the policy gradient keeps; Wang et al. keep 0.2"
+        )
+
+
+def kept_count(n_valid: int, quantile: float) -> int:
+    """ceil(quantile * n_valid), with the quantile read as its shortest decimal form (0.7 * 10 is 7, not 8)."""
+    return math.ceil(Fraction(repr(float(quantile))) * n_valid)
+
+
+@dataclass(frozen=True)
+class TokenSelection:
+    mask: torch.Tensor  # the response mask narrowed to the kept tokens, same shape and dtype
+    threshold: float | None  # the entropy at or above which a valid token is kept (None: no valid token)
+    n_valid: int
+    n_kept: int
+    kept_entropy_mean: float | None
+
+    def metrics(self) -> dict[str, float]:
+        """Step metrics; the threshold and the kept tokens' mean entropy only where the batch had valid tokens."""
+        metrics = {"egpo/token_selection/kept_frac": self.n_kept / self.n_valid if self.n_valid else 0.0,
+                   "egpo/token_selection/kept_tokens": float(self.n_kept)}
+        if self.threshold is not None:
+            metrics["egpo/token_selection/entropy_threshold"] = self.threshold
+            metrics["egpo/token_selection/kept_entropy_mean"] = self.kept_entropy_mean
+        return metrics
+
+
+def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantile: float) -> TokenSelection:
+    """``response_mask`` narrowed to the valid tokens whose ``entropy`` is in the batch's top ``quantile``.
+
+    ``entropy`` and ``response_mask``: (batch, response_length); a token is valid where the mask is nonzero. The
+    entropy of valid tokens must be finite.
+    """
+    validate_token_selection("top_entropy", quantile)
+    if entropy.shape != response_mask.shape:
+        raise ValueError(f"entropy has shape {tuple(entropy.shape)} but response_mask has shape "
+                         f"{tuple(response_mask.shape)}; they must be aligned 1:1 with the response tokens")
+    valid = response_mask.bool()
+    values = entropy[valid]
+    n_valid = values.numel()
+    if n_valid == 0:
+        return TokenSelection(response_mask.clone(), None, 0, 0, None)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("the entropy is not finite on some valid response token, so the top-entropy tokens are "
+                         "undefined; look for the step's NaN or inf in egpo/*entropy* and the rollout's logits")
+    k = kept_count(n_valid, quantile)
+    threshold = torch.kthvalue(values, n_valid - k + 1).values  # the k-th largest
+    keep = valid & (entropy >= threshold)
+    kept = entropy[keep]
+    return TokenSelection(
+        mask=response_mask * keep.to(response_mask.dtype),
+        threshold=float(threshold),
+        n_valid=n_valid,
+        n_kept=kept.numel(),
+        kept_entropy_mean=float(kept.double().mean()),
+    )
