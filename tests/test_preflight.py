@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from egpo.data import write
 from egpo.preflight.__main__ import run
 from egpo.preflight.loggers import logger_findings, wandb_credentials
 from egpo.settings import EgpoConfigError
+from conftest import VERL
 from test_recipes import RECIPES
 
 SAMPLES = Path(__file__).resolve().parent / "data"
@@ -162,6 +164,24 @@ def test_start_up_runs_the_cheap_checks_before_ray(demo, workdir, monkeypatch, t
     monkeypatch.chdir(tmp_path)
     with pytest.raises(EgpoConfigError, match="math_train.parquet not found; python -m egpo.data math"):
         prepare_config(composed("qwen3_1.7b", overrides_for("qwen3_1.7b", demo)))
+
+
+@pytest.mark.skipif(VERL != "0.7.1", reason="the arms are verl keys both stacks declare alike; a preflight per arm and "
+                                            "recipe runs on verl 0.7.1's stack")
+@pytest.mark.parametrize("recipe", [*CPU, *QWEN3])
+def test_every_entropy_method_arm_passes_the_preflight_on_every_recipe(recipe, demo, workdir, monkeypatch):
+    """The arms of --arms entropy_methods with a seed's overrides, as the ablation runs them, on each recipe: every
+    start-up check and the preflight pass, and the arm's method is in the config the run gets."""
+    from egpo.ablation import ARM_SETS, ARMS, seed_overrides
+
+    monkeypatch.chdir(workdir)
+    for arm in ARM_SETS["entropy_methods"]:
+        overrides = [*overrides_for(recipe, demo), *ARMS[arm], *seed_overrides(1)]
+        status, lines = run(str(RECIPES), recipe, overrides)
+        assert status == 0, (arm, findings_text(lines))
+        for override in ARMS[arm]:
+            key, value = override.split("=", 1)
+            assert str(OmegaConf.select(composed(recipe, overrides), key)) == value, (arm, key)
 
 
 @pytest.mark.parametrize("arm", ["grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"])

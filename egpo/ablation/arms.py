@@ -14,17 +14,41 @@ ENGINES = {  # name suffix -> overrides: the rollout engine (none: the config's 
     "": (),
     "_vllm": ("actor_rollout_ref.rollout.name=vllm",),
 }
+GRPO = (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["actor"])  # GRPO's advantage exactly, through egpo's estimator
 _ESTIMATOR_ARMS = {
-    "grpo": (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["actor"]),
+    "grpo": GRPO,
     **{f"egpo_{variant}{source}": (ESTIMATOR, *overrides, SOURCE[source])
        for variant, overrides in VARIANTS.items() for source in SOURCE},
     "egpo_rollout_bypass": (ESTIMATOR, SOURCE["rollout"], "algorithm.rollout_correction.bypass_mode=true"),
 }
+# The entropy methods verl users reach for, each with its source's coefficients (docs/ablation.md, "Entropy methods")
+ACTOR = "actor_rollout_ref.actor"
+CLIP_HIGHER = (f"{ACTOR}.clip_ratio_high=0.28",)  # DAPO (Yu et al. 2503.14476): eps_low 0.2, eps_high 0.28
+KL_COV = (f"{ACTOR}.policy_loss.loss_mode=kl_cov", f"{ACTOR}.policy_loss.kl_cov_ratio=0.002",  # Cui et al.
+          f"{ACTOR}.policy_loss.ppo_kl_coef=1")  # 2505.22617, verl's recipe/entropy/7b_kl_cov.sh
+CLIP_COV = (f"{ACTOR}.policy_loss.loss_mode=clip_cov", f"{ACTOR}.policy_loss.clip_cov_ratio=0.0002",
+            f"{ACTOR}.policy_loss.clip_cov_lb=1.0", f"{ACTOR}.policy_loss.clip_cov_ub=5.0",  # recipe/entropy/
+            f"{ACTOR}.clip_ratio_low=1", f"{ACTOR}.clip_ratio_high=1", f"{ACTOR}.clip_ratio_c=10.0")  # 7b_clip_cov.sh
+ENTROPY_BONUS = (f"{ACTOR}.entropy_coeff=0.001",)  # verl's former default entropy_coeff
+TOP_ENTROPY = ("algorithm.egpo_token_selection=top_entropy",  # Wang et al. 2506.01939: the top 20% by entropy
+               "algorithm.egpo_top_entropy_quantile=0.2")
+_METHOD_ARMS = {
+    "grpo_cliphigher": (*GRPO, *CLIP_HIGHER),
+    "grpo_klcov": (*GRPO, *KL_COV),
+    "grpo_clipcov": (*GRPO, *CLIP_COV),
+    "grpo_entbonus": (*GRPO, *ENTROPY_BONUS),
+    "grpo_8020": (*GRPO, *TOP_ENTROPY),
+    "grpo_8020_rollout": (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["rollout"], *TOP_ENTROPY),
+    "egpo_rollout_cliphigher": (ESTIMATOR, SOURCE["rollout"], *CLIP_HIGHER),
+    "egpo_rollout_8020": (ESTIMATOR, SOURCE["rollout"], *TOP_ENTROPY),
+}
 ARMS = {f"{arm}{suffix}": (*overrides, *engine)
-        for suffix, engine in ENGINES.items() for arm, overrides in _ESTIMATOR_ARMS.items()}
+        for suffix, engine in ENGINES.items() for arm, overrides in {**_ESTIMATOR_ARMS, **_METHOD_ARMS}.items()}
 ARM_SETS = {  # names --arms also takes
     "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass"),
     "estimators": ("grpo", "egpo_rollout", "egpo_token_rollout", "egpo_respspan_rollout"),
+    "entropy_methods": ("grpo", "grpo_cliphigher", "grpo_klcov", "grpo_clipcov", "grpo_entbonus", "grpo_8020",
+                        "egpo_rollout", "egpo_rollout_cliphigher"),
     "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"),
     "engines": ("egpo_rollout", "egpo_rollout_vllm"),
 }
