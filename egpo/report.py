@@ -15,6 +15,10 @@ test would need for 80% power (:mod:`egpo.significance`). ``report.csv`` holds t
 (``metric, step, arm, baseline, n_seeds, mean_diff, ci_low, ci_high, p_value``, then ``sd, seeds_positive,
 seeds_for_80pct_power, significant, p_holm, significant_holm``). Plots: per metric, the mean over seeds per arm with the min-max band, and
 the paired difference from the baseline with its bootstrap 95% band. Needs matplotlib (``pip install -e '.[report]'``).
+
+Validation metrics (``val-*``, logged every ``trainer.test_freq`` steps) are read at the last validation at or before a
+step, not averaged over a window. pass@k (``val-egpo/pass@k``, :mod:`egpo.trainer.pass_at_k`): pass@1 and pass@n are
+compared like every other metric, and a section gives every k per arm at the last step with its curve over k.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ METRICS = {
     "egpo/equal_reward_group_frac": "equal-reward group fraction",
     "egpo/cot_tokens_mean": "CoT length (tokens)",
     "egpo/entropy_rollout_vs_actor/max_abs_diff": "rollout vs actor entropy, max abs diff",
+    "egpo/token_selection/kept_frac": "kept token fraction (80/20 rule)",
 }
+PASS_AT_K = re.compile(r"^val-egpo/pass@(?P<k>\d+)$")  # the whole validation set's pass@k
 NAME = re.compile(r"^(?P<arm>.+)__seed(?P<seed>\d+)$")
 
 Series = dict[int, dict[str, float]]  # step -> metrics
@@ -89,9 +95,92 @@ def load_runs(root: Path, left_out: list[str] | None = None) -> dict[str, dict[i
 
 
 def at_step(series: Series, metric: str, step: int, window: int) -> float | None:
+    if metric.startswith("val-"):  # logged at validations only: the last one at or before the step
+        logged = [s for s in series if s <= step and metric in series[s] and math.isfinite(series[s][metric])]
+        return series[max(logged)][metric] if logged else None
     values = [series[s][metric] for s in range(step - window + 1, step + 1)
               if s in series and metric in series[s] and math.isfinite(series[s][metric])]
     return sum(values) / len(values) if values else None
+
+
+def logged_steps(seeds: dict[int, Series], metric: str) -> list[int]:
+    """The steps a metric is plotted at: every step, or for validation metrics the steps a validation logged it."""
+    steps = {s for series in seeds.values() for s in series}
+    if metric.startswith("val-"):
+        steps = {s for series in seeds.values() for s, values in series.items() if metric in values}
+    return sorted(steps)
+
+
+def pass_at_k_metrics(runs) -> dict[int, str]:
+    """k -> ``val-egpo/pass@k`` for every k some run logged."""
+    found = {int(match["k"]): name for seeds in runs.values() for series in seeds.values() for values in series.values()
+             for name in values if (match := PASS_AT_K.match(name))}
+    return dict(sorted(found.items()))
+
+
+def pass_at_k_section(runs, root: Path, step: int) -> list[str]:
+    """Every k per arm at ``step`` (mean and spread over seeds), and the curve over k."""
+    ks = pass_at_k_metrics(runs)
+    if not ks:
+        return []
+    lines = [f"## pass@k at step {step} (`val-egpo/pass@k`, the last validation at or before it)", "",
+             "| arm | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|---|" + "---|" * len(ks)]
+    curves = {}
+    for arm, seeds in runs.items():
+        cells, curve = [], []
+        n_seeds = 0
+        for k, metric in ks.items():
+            values = seed_values(seeds, metric, step, 1)
+            if values:
+                mean, std = mean_std(values)
+                cells.append(f"{_fmt(mean)} ± {_fmt(std)}")
+                curve.append((k, mean, min(values), max(values)))
+                n_seeds = max(n_seeds, len(values))
+            else:
+                cells.append("-")
+        if curve:
+            curves[arm] = curve
+            lines.append(f"| {arm} | {n_seeds} | " + " | ".join(cells) + " |")
+    lines += ["", "Mean ± standard deviation over seeds.", ""]
+    png = root / "pass_at_k.png"
+    if plot_pass_at_k(curves, png, step):
+        lines[2:2] = [f"![pass@k]({png.name})", ""]
+    return lines
+
+
+def plot_pass_at_k(curves: dict[str, list[tuple[int, float, float, float]]], out: Path, step: int) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not curves:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for arm, curve in curves.items():
+        ks, mean, low, high = zip(*curve)
+        ax.plot(ks, mean, marker="o", label=arm)
+        ax.fill_between(ks, low, high, alpha=0.15)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("pass@k")
+    ax.set_title(f"pass@k at step {step}\nmean over seeds, min-max band", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def metric_titles(runs) -> dict[str, str]:
+    """The metrics the report compares, in order: :data:`METRICS` that some run logged, then pass@1 and pass@n."""
+    logged = {name for seeds in runs.values() for series in seeds.values() for values in series.values()
+              for name in values}
+    titles = {metric: title for metric, title in METRICS.items() if metric in logged}
+    ks = pass_at_k_metrics(runs)
+    for k in sorted({min(ks), max(ks)}) if ks else ():
+        titles[ks[k]] = f"pass@{k} (validation)"
+    return titles
 
 
 def seed_values(seeds: dict[int, Series], metric: str, step: int, window: int) -> list[float]:
@@ -210,7 +299,7 @@ def plot_differences(runs, metric: str, title: str, out: Path, window: int, base
     for arm in runs:
         if arm == baseline:
             continue
-        steps = sorted({s for series in runs[arm].values() for s in series})
+        steps = logged_steps(runs[arm], metric)
         xs, mean, low, high = [], [], [], []
         for step in steps:
             diffs = paired_differences(runs, metric, step, window, arm, baseline)
@@ -246,7 +335,7 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     drawn = False
     for arm, seeds in runs.items():
-        steps = sorted({s for series in seeds.values() for s in series})
+        steps = logged_steps(seeds, metric)
         xs, mean, low, high = [], [], [], []
         for step in steps:
             values = seed_values(seeds, metric, step, window)
@@ -300,16 +389,21 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     if left_out:
         lines += [f"Left out, not finished (`python -m egpo.ablation --status {root}`): {', '.join(sorted(left_out))}.",
                   ""]
-    present = [metric for metric in METRICS
-               if any(metric in m for seeds in runs.values() for series in seeds.values() for m in series.values())]
+    titles = metric_titles(runs)
+    present = list(titles)
     compared = baseline in runs and len(runs) > 1
     found_by_metric = {metric: comparisons(runs, metric, steps, window, baseline) for metric in present} \
         if compared else {}
     adjusted = holm_by_metric(found_by_metric)
     if compared:
         lines += significance_summary(found_by_metric, adjusted, baseline)
+    selecting = sorted(arm for arm, seeds in runs.items()
+                       if any("egpo/token_selection/kept_frac" in m for series in seeds.values() for m in series.values()))
+    if selecting and "actor/entropy" in titles:
+        lines += [f"`actor/entropy` of {', '.join(selecting)} is verl's, over the tokens the 80/20 rule kept (the "
+                  "batch's highest-entropy ones); compare arms on egpo's entropies over every token instead.", ""]
     for metric in present:
-        title = METRICS[metric]
+        title = titles[metric]
         lines += [f"## {title} (`{metric}`)", ""]
         png = root / f"{metric.replace('/', '_')}.png"
         if plot(runs, metric, title, png, window):
@@ -323,6 +417,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
             if plot_differences(runs, metric, title, diff_png, window, baseline):
                 lines += [f"![{title}, difference from {baseline}]({diff_png.name})", ""]
             lines += paired_table(found_by_metric[metric], baseline, adjusted[metric]) + [""]
+    lines += pass_at_k_section(runs, root, steps[-1])
     if compared:
         rows = write_csv(found_by_metric, baseline, root / "report.csv")
         lines += [f"`report.csv`: the {rows} paired comparisons above, one row per metric, step and arm.", ""]

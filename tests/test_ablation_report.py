@@ -138,3 +138,37 @@ def test_the_summary_names_what_survives_holms_correction(tmp_path):
     assert "2 paired comparisons with `grpo`" in report
     assert ("After Holm's correction over all 2: 1 (`egpo/cot_entropy_mean` egpo_rollout step 1 (0.155, "
             "p=0.000488, Holm p=0.000977))") in report
+
+
+def test_pass_at_k_is_read_at_the_last_validation_and_compared(tmp_path):
+    """Validations at steps 5 and 10 of 10: the table at step 7 reads step 5's pass@k (never a window mean of the
+    steps without one), pass@1 and pass@4 are compared with the baseline, every k is tabulated and plotted, and the
+    80/20 arm's actor/entropy is flagged as over its kept tokens."""
+    for seed in range(4):
+        for arm, lift in (("grpo", 0.0), ("grpo_8020", 0.1 + 0.01 * seed)):
+            rows = []
+            for step in range(1, 11):
+                data = {"actor/entropy": 0.4, "critic/score/mean": 0.3}
+                if arm == "grpo_8020":
+                    data["egpo/token_selection/kept_frac"] = 0.2
+                if step in (5, 10):
+                    base = 0.2 if step == 5 else 0.3
+                    data.update({"val-egpo/pass@1": base + lift, "val-egpo/pass@2": base + 0.1 + lift,
+                                 "val-egpo/pass@4": base + 0.2 + lift})
+                rows.append((step, data))
+            write_run(tmp_path / f"{arm}__seed{seed}.jsonl", rows)
+    report = write_report(tmp_path, steps=[7, 10], window=5).read_text()
+    assert "## pass@1 (validation) (`val-egpo/pass@1`)" in report and "## pass@4 (validation)" in report
+    assert "## pass@2 (validation)" not in report  # only pass@1 and pass@n are compared
+    assert "| grpo | 7 | 4 | 0.2 | 0 | 0.2 | 0.2 |" in report  # step 5's value
+    assert "| grpo | 10 | 4 | 0.3 | 0 | 0.3 | 0.3 |" in report
+    assert "| grpo_8020 | 10 | 4 | 0.415 |" in report  # 0.3 + mean(0.1, 0.11, 0.12, 0.13)
+    assert "## pass@k at step 10" in report
+    assert "| grpo | 4 | 0.3 ± 0 | 0.4 ± 0 | 0.5 ± 0 |" in report
+    assert (tmp_path / "pass_at_k.png").stat().st_size > 1000
+    assert "`actor/entropy` of grpo_8020 is verl's, over the tokens the 80/20 rule kept" in report
+    import csv
+
+    rows = [r for r in csv.DictReader((tmp_path / "report.csv").open()) if r["metric"] == "val-egpo/pass@4"]
+    assert {(r["step"], r["arm"]) for r in rows} == {("7", "grpo_8020"), ("10", "grpo_8020")}
+    assert all(float(r["mean_diff"]) == pytest.approx(0.115) for r in rows)

@@ -5,6 +5,7 @@ Each run starts Ray, builds FSDP2 over gloo and trains; about 40 s on 2 cores.
 
 import pytest
 
+from conftest import VERL
 from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metrics
 
 
@@ -124,3 +125,31 @@ def test_entropy_probe_in_the_main_job(tmp_path, demo):
         assert all_finite(probe) and probe["probe/optimizer_steps"] == 1
         # the probe measures the entropy verl logs for the same batch
         assert probe["probe/entropy_before"] == pytest.approx(metrics["actor/entropy"], abs=1e-4)
+
+
+@pytest.mark.skipif(VERL != "0.7.1", reason="the selection's wiring is tested on both stacks (tests/test_trainer_policy.py); "
+                                            "the real update through fit runs on verl 0.7.1's stack")
+def test_top_entropy_selection_at_quantile_one_trains_bit_identically_and_validation_logs_pass_at_k(tmp_path, demo):
+    """The 80/20 rule at quantile 1 through fit: verl's update gets the full mask, so the weights after 2 steps are
+    those of the run without selection, bit for bit; the selection's metrics are logged; the last step's validation
+    (4 samples per problem) logs pass@1..4."""
+    import torch
+
+    validation = ("trainer.test_freq=2", "actor_rollout_ref.rollout.val_kwargs.n=4",
+                  "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0")
+    runs = {}
+    for name, selection in (("all", ()), ("top", ("algorithm.egpo_token_selection=top_entropy",
+                                                   "algorithm.egpo_top_entropy_quantile=1.0"))):
+        (tmp_path / name).mkdir()
+        proc = run_smoke(tmp_path / name, demo, "algorithm.entropy_source=rollout", "trainer.save_freq=2", *COMMON,
+                         *validation, *selection)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+        runs[name] = step_metrics(proc.stdout)
+    plain, chosen = final_weights(tmp_path / "all"), final_weights(tmp_path / "top")
+    assert all(torch.equal(plain[k], chosen[k]) for k in plain)
+    for step in (1, 2):
+        assert runs["top"][step]["egpo/token_selection/kept_frac"] == 1.0
+        assert "egpo/token_selection/kept_frac" not in runs["all"][step]
+    passes = [runs["top"][2][f"val-egpo/pass@{k}"] for k in (1, 2, 4)]
+    assert passes == sorted(passes) and 0 <= passes[0] and passes[-1] <= 1
+    assert passes == [runs["all"][2][f"val-egpo/pass@{k}"] for k in (1, 2, 4)]  # the same weights, the same samples

@@ -202,6 +202,9 @@ def test_harmless_engine_kwargs_values_pass(value):
     ("+algorithm.norm_adv_by_std_in_grp=false", "did you mean algorithm.norm_adv_by_std_in_grpo?"),
     ("+egpo.prob.enable=true", "did you mean egpo.probe?"),
     ("+egpo.probe.atribution=true", "did you mean egpo.probe.attribution?"),
+    ("+algorithm.egpo_token_selecton=top_entropy", "did you mean algorithm.egpo_token_selection?"),
+    ("+egpo.pass_at_k.solved=1.0", "did you mean egpo.pass_at_k.solved_score?"),
+    ("+egpo.pass_at_k.solved_score=full", "egpo.pass_at_k.solved_score must be a number"),
 ])
 def test_misspelled_keys_are_refused_with_the_closest_key(override, suggestion):
     from egpo.trainer.key_check import check_unknown_keys
@@ -215,6 +218,8 @@ def test_every_key_of_the_shipped_configs_is_known():
     from egpo.trainer.key_check import check_unknown_keys
 
     check_unknown_keys(smoke())
+    check_unknown_keys(smoke("++algorithm.egpo_token_selection=top_entropy", "++algorithm.egpo_top_entropy_quantile=0.1",
+                             "++egpo.pass_at_k.solved_score=3"))
     for name in sorted(p.stem for p in RECIPES.glob("*.yaml")):
         with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
             check_unknown_keys(compose(config_name=name))

@@ -17,7 +17,8 @@ from egpo.settings import EgpoConfigError
 
 EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "egpo_granularity", "egpo_span", "cot_start_token_id",
                        "cot_end_token_id", "egpo_token_selection", "egpo_top_entropy_quantile")
-EGPO_KEYS = ("probe",)
+EGPO_KEYS = ("probe", "pass_at_k")
+PASS_AT_K_KEYS = ("solved_score",)
 
 
 def verl_algorithm_keys() -> tuple[str, ...]:
@@ -47,5 +48,12 @@ def check_unknown_keys(config: DictConfig) -> None:
             from egpo.probe.settings import KNOWN
 
             problems += _unknown(probe, tuple(sorted(KNOWN)), "egpo.probe")
+        pass_at_k = egpo.get("pass_at_k", None)
+        if pass_at_k is not None:
+            problems += _unknown(pass_at_k, PASS_AT_K_KEYS, "egpo.pass_at_k")
+            score = pass_at_k.get("solved_score", None)
+            if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+                problems.append(f"egpo.pass_at_k.solved_score must be a number (got {score!r}): the validation score "
+                                "at or above which a sample counts as solved, e.g. ++egpo.pass_at_k.solved_score=1.0")
     if problems:
         raise EgpoConfigError("; ".join(problems) + ". Remove or rename the key(s); nothing was started.")

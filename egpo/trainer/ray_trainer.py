@@ -16,6 +16,9 @@ verl methods overridden, nothing else:
   reads the thinking span of a model that never thinks says so once (:mod:`egpo.trainer.thought_watch`). The entropy
   probe's metrics are logged as ``probe/*`` on either worker API.
 
+* ``_val_metrics_update``: verl's validation metrics plus ``val-egpo/pass@k`` from the samples of each validation
+  problem (:mod:`egpo.trainer.pass_at_k`).
+
 The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
 """
 
@@ -23,11 +26,12 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from egpo.advantage.registry import register as register_estimator
-from egpo.trainer import advantage_step
+from egpo.trainer import advantage_step, pass_at_k
 from egpo.settings import EgpoSettings
 from egpo.trainer.config import warn_on_temperature_mismatch
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
@@ -46,6 +50,9 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         self.egpo = EgpoSettings.from_algorithm(config.algorithm)
         register_estimator()
         advantage_step.install()
+        pass_at_k.check_verl_shape(RayPPOTrainer)
+        self.solved_score = float(OmegaConf.select(config, pass_at_k.SOLVED_SCORE_KEY,
+                                                   default=pass_at_k.DEFAULT_SOLVED_SCORE))
         warn_on_temperature_mismatch(config, self.egpo)
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.span == "cot")
         if self.egpo.enabled:
@@ -79,6 +86,12 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
     def _compute_reward_colocate(self, batch: DataProto):
         with entropy_kept_on_driver(batch):
             return super()._compute_reward_colocate(batch)
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
+        metrics = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
+        metrics.update(pass_at_k.pass_at_k_metrics(data_sources, sample_uids, reward_extra_infos_dict["reward"],
+                                                   self.solved_score))
+        return metrics
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         step_metrics = batch.meta_info.pop(STEP_METRICS, {})
