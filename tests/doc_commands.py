@@ -97,7 +97,7 @@ def config_keys(path: Path) -> list[tuple[int, str]]:
 def python_names(path: Path) -> list[tuple[int, str]]:
     text = path.read_text()
     return [(text[:m.start()].count("\n") + 1, m.group(1)) for m in NAME.finditer(text)
-            if not m.group(1).startswith("egpo.probe.")]  # egpo.probe.* are config keys (above)
+            if not m.group(1).startswith(("egpo.probe.", "egpo.pass_at_k."))]  # config keys (egpo.trainer.key_check)
 
 
 # ---------------------------------------------------------------------------------------------------------------
