@@ -34,6 +34,7 @@ TOP_ENTROPY = ("algorithm.egpo_token_selection=top_entropy",  # Wang et al. 2506
                "algorithm.egpo_top_entropy_quantile=0.2")
 _METHOD_ARMS = {
     "grpo_cliphigher": (*GRPO, *CLIP_HIGHER),
+    "grpo_symclip": (*GRPO, f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2"),  # PPO's symmetric clip
     "grpo_klcov": (*GRPO, *KL_COV),
     "grpo_clipcov": (*GRPO, *CLIP_COV),
     "grpo_entbonus": (*GRPO, *ENTROPY_BONUS),
