@@ -267,7 +267,9 @@ def test_zero_entropy_on_padding_only_is_a_real_entropy():
 
 @pytest.mark.parametrize("source", ["actor", "rollout"])
 @pytest.mark.parametrize("quantile", [0.25, 1.0])
-def test_top_entropy_selection_narrows_only_the_update(source, quantile):
+@pytest.mark.parametrize("variant", [(), ("algorithm.egpo_lambda=0",), ("algorithm.egpo_granularity=token",),
+                                     ("algorithm.egpo_span=response",)], ids=["egpo", "grpo", "token", "respspan"])
+def test_top_entropy_selection_narrows_only_the_update(source, quantile, variant):
     """egpo_token_selection=top_entropy: the actor update sees the response mask narrowed to the batch's top-entropy
     tokens of the chosen source (all of them, bit for bit, at quantile 1); the advantage, the batch after the update
     and the mask verl's step metrics read are the full ones."""
@@ -277,7 +279,7 @@ def test_top_entropy_selection_narrows_only_the_update(source, quantile):
     actor_entropy = torch.rand(BS, L, generator=torch.Generator().manual_seed(1))
     runs = {}
     for selected in (False, True):
-        trainer = make_trainer("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}",
+        trainer = make_trainer("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}", *variant,
                                *(selection if selected else ()))
         trainer.actor_rollout_wg = RecordingWorkerGroup(actor_entropy)
         batch = make_batch(True)
