@@ -265,10 +265,11 @@ def test_zero_entropy_on_padding_only_is_a_real_entropy():
     assert actor_entropy_computed(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))  # nothing to read
 
 
-@pytest.mark.parametrize("source", ["actor", "rollout"])
-@pytest.mark.parametrize("quantile", [0.25, 1.0])
-@pytest.mark.parametrize("variant", [(), ("algorithm.egpo_lambda=0",), ("algorithm.egpo_granularity=token",),
-                                     ("algorithm.egpo_span=response",)], ids=["egpo", "grpo", "token", "respspan"])
+@pytest.mark.parametrize("source, quantile, variant", [
+    ("actor", 0.25, ()), ("actor", 1.0, ()), ("rollout", 0.25, ()), ("rollout", 1.0, ()),
+    ("rollout", 0.25, ("algorithm.egpo_lambda=0",)), ("actor", 0.25, ("algorithm.egpo_granularity=token",)),
+    ("rollout", 0.25, ("algorithm.egpo_span=response",)),
+], ids=["actor", "actor-q1", "rollout", "rollout-q1", "grpo", "token", "respspan"])
 def test_top_entropy_selection_narrows_only_the_update(source, quantile, variant):
     """egpo_token_selection=top_entropy: the actor update sees the response mask narrowed to the batch's top-entropy
     tokens of the chosen source (all of them, bit for bit, at quantile 1); the advantage, the batch after the update
