@@ -11,10 +11,10 @@ verl methods overridden, nothing else:
   :func:`entropy_kept_on_driver`).
 * ``_update_actor``: with ``algorithm.egpo_token_selection=top_entropy`` the batch's ``response_mask`` is the 80/20
   rule's narrowed mask (``egpo_update_mask``, set with the advantage) for the update call only, and the full mask
-  again after it (verl's step metrics read it); egpo's entropy keys are dropped before the update (nothing there reads them) and egpo's
-  step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is printed, and a run that
-  reads the thinking span of a model that never thinks says so once (:mod:`egpo.trainer.thought_watch`). The entropy
-  probe's metrics are logged as ``probe/*`` on either worker API.
+  again after it (verl's step metrics read it); egpo's entropy keys are dropped before the update (nothing there
+  reads them) and egpo's step metrics are added to the actor's metrics, which ``fit`` logs; a one-line summary is
+  printed, and a run that reads the thinking span of a model that never thinks says so once
+  (:mod:`egpo.trainer.thought_watch`). The entropy probe's metrics are logged as ``probe/*`` on either worker API.
 
 * ``_val_metrics_update``: verl's validation metrics plus ``val-egpo/pass@k`` from the samples of each validation
   problem (:mod:`egpo.trainer.pass_at_k`).
