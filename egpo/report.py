@@ -148,6 +148,16 @@ def pass_at_k_section(runs, root: Path, step: int) -> list[str]:
     return lines
 
 
+def save_figure(fig, ax, out: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """The report's plots end alike: labels, a two-line title, the legend, saved as PNG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
 def plot_pass_at_k(curves: dict[str, list[tuple[int, float, float, float]]], out: Path, step: int) -> bool:
     import matplotlib
 
@@ -162,12 +172,8 @@ def plot_pass_at_k(curves: dict[str, list[tuple[int, float, float, float]]], out
         ax.plot(ks, mean, marker="o", label=arm)
         ax.fill_between(ks, low, high, alpha=0.15)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (samples per problem)")
-    ax.set_ylabel("pass@k")
-    ax.set_title(f"pass@k at step {step}\nmean over seeds, min-max band", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save_figure(fig, ax, out, "k (samples per problem)", "pass@k",
+                f"pass@k at step {step}\nmean over seeds, min-max band")
     plt.close(fig)
     return True
 
@@ -315,13 +321,9 @@ def plot_differences(runs, metric: str, title: str, out: Path, window: int, base
             drawn = True
     if drawn:
         ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xlabel("step")
-        ax.set_ylabel(f"{title}: arm - {baseline}")
-        ax.set_title(f"{title}, paired difference from {baseline}\nmean over seeds, bootstrap 95% band, "
-                     f"{window}-step window", fontsize=10)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out, dpi=100)
+        save_figure(fig, ax, out, "step", f"{title}: arm - {baseline}",
+                    f"{title}, paired difference from {baseline}\nmean over seeds, bootstrap 95% band, "
+                    f"{window}-step window")
     plt.close(fig)
     return drawn
 
@@ -349,12 +351,7 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
             ax.fill_between(xs, low, high, alpha=0.15)
             drawn = True
     if drawn:
-        ax.set_xlabel("step")
-        ax.set_ylabel(title)
-        ax.set_title(f"{title}\nmean over seeds, min-max band, {window}-step window", fontsize=10)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out, dpi=100)
+        save_figure(fig, ax, out, "step", title, f"{title}\nmean over seeds, min-max band, {window}-step window")
     plt.close(fig)
     return drawn
 
