@@ -161,3 +161,95 @@ def test_samples_do_not_depend_on_batching_or_arrival(demo_model):
     asyncio.run(together.set_global_steps(5))
     again = asyncio.run(generate_all(together, ps, **params))
     assert [list(o.token_ids) for o in again] != [list(o.token_ids) for o in batched]
+
+
+def outputs_by_prompt(ps, outs):
+    """Each prompt's samples (tokens, log probs, entropy), in token order: what a run keeps of a round."""
+    by_prompt = {}
+    for p, out in zip(ps, outs):
+        by_prompt.setdefault(tuple(p), []).append(
+            (list(out.token_ids), list(out.log_probs), list(out.extra_fields[ROLLOUT_ENTROPY])))
+    return {k: sorted(v) for k, v in by_prompt.items()}
+
+
+async def trickle(server, ps, order, pause, **params):
+    """The requests sent in ``order``, ``pause`` seconds apart, all in flight together."""
+    tasks = {}
+    for i in order:
+        tasks[i] = asyncio.create_task(server.generate(ps[i], dict(params), request_id=f"r{i}"))
+        await asyncio.sleep(pause)
+    return [await tasks[i] for i in range(len(ps))]
+
+
+def test_an_announced_round_is_batched_alike_however_its_requests_arrive(demo_model):
+    """Arrival timing decides batches without an announcement; with one, a round's requests are batched together
+    whatever their order and pauses, and give bit-identical samples, log probs and entropy."""
+    questions = ["What is 1+1?", "What is 12+9?", "What is 7+88?", "What is 345+6789?"]
+    params = dict(temperature=1.0, top_p=1.0, top_k=-1, logprobs=True)
+
+    def run(order, pause, announce):
+        server = make_server(demo_model)
+        ps = prompts(server, questions) * 2
+
+        async def go():
+            await server.set_global_steps(3)
+            if announce:
+                await server.expect_round(len(ps))
+            return await trickle(server, ps, order, pause, **params)
+
+        return server, ps, asyncio.run(go())
+
+    n = 2 * len(questions)
+    unannounced, _, _ = run(range(n), 0.3, announce=False)
+    assert unannounced._batches > 1  # arrivals past the gather window split the requests
+
+    together, ps, outs = run(range(n), 0, announce=True)
+    slow, _, slow_outs = run(reversed(range(n)), 0.12, announce=True)
+    assert together._batches == slow._batches == 1
+    assert outputs_by_prompt(ps, slow_outs) == outputs_by_prompt(ps, outs)  # exactly, not within a tolerance
+    assert slow._round_left == 0
+
+
+def test_a_round_that_never_completes_is_generated_with_a_warning(demo_model, monkeypatch, caplog):
+    import egpo.rollout.hf.server as server_module
+
+    monkeypatch.setattr(server_module, "ROUND_WAIT_S", 0.3)
+    server = make_server(demo_model)
+    ps = prompts(server, ["What is 1+1?", "What is 2+2?"])
+
+    async def go():
+        await server.expect_round(len(ps) + 3)
+        return await generate_all(server, ps, temperature=1.0, top_p=1.0, top_k=-1, logprobs=True)
+
+    with caplog.at_level("WARNING", logger=server_module.__name__):
+        outs = asyncio.run(go())
+    assert len(outs) == 2 and all(o.token_ids for o in outs) and server._round_left == 0
+    assert "3 of the 5 requests announced for this round did not arrive" in caplog.text
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="request count"):
+            asyncio.run(server.expect_round(bad))
+
+
+def test_rounds_are_announced_to_a_single_hf_server_only(caplog):
+    from egpo.rollout.hf.rounds import RoundAnnouncer
+
+    class Server:
+        def __init__(self):
+            self.told = []
+            self.expect_round = self
+
+        def remote(self, count):
+            self.told.append(count)
+            return asyncio.sleep(0)
+
+    one = Server()
+    finds = []
+    announcer = RoundAnnouncer(lambda: finds.append(1) or [one])
+    assert asyncio.run(announcer.announce(32)) and asyncio.run(announcer.announce(64))
+    assert one.told == [32, 64] and finds == [1]  # found once
+
+    a, b = Server(), Server()
+    with caplog.at_level("WARNING"):
+        assert not asyncio.run(RoundAnnouncer(lambda: [a, b]).announce(8))
+    assert a.told == b.told == [] and "2 hf rollout replicas" in caplog.text
+    assert not asyncio.run(RoundAnnouncer(lambda: []).announce(8))  # not an hf rollout: nothing to tell

@@ -8,7 +8,9 @@ into the batch, in every worker, so ``DataProto.concat`` across workers sees the
 
 :class:`EntropyAgentLoopManager` is verl's ``AgentLoopManager`` with this worker and with egpo's replica for
 rollout names egpo serves (``hf``, ``sglang``); other names keep verl's replica (and return no entropy). Where the
-replica is chosen depends on the verl version (:mod:`egpo.compat.rollout`). egpo.main selects this manager through
+replica is chosen depends on the verl version (:mod:`egpo.compat.rollout`). It announces each
+``generate_sequences`` call's request count to an hf rollout server (:mod:`egpo.rollout.hf.rounds`), whose batches
+then do not depend on timing. egpo.main selects this manager through
 ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``.
 """
 
@@ -19,9 +21,11 @@ import itertools
 import ray
 import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+from verl.utils.ray_utils import auto_await
 
-from egpo.settings import EgpoSettings
 from egpo.keys import ROLLOUT_ENTROPY
+from egpo.rollout.hf.rounds import RoundAnnouncer
+from egpo.settings import EgpoSettings
 
 MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
 
@@ -135,4 +139,10 @@ class EntropyAgentLoopManager(AgentLoopManager):
 
         prepare_manager(self, config)
         self.agent_loop_workers_class = ray.remote(EntropyAgentLoopWorker)
+        self._hf_rounds = RoundAnnouncer()
         super().__init__(config, *args, **kwargs)
+
+    @auto_await
+    async def generate_sequences(self, prompts):
+        await self._hf_rounds.announce(len(prompts))
+        return await super().generate_sequences(prompts)

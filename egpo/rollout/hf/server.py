@@ -6,8 +6,13 @@ Hugging Face ``generate``. Each output carries the sampled token ids, their log 
 the actor's definition) and, in ``extra_fields["rollout_entropy"]``, their per-token entropy from
 :func:`egpo.rollout.entropy.token_entropy` with the options in ``actor_rollout_ref.rollout.custom.entropy``.
 
-Concurrent requests are gathered until none has arrived for ``GATHER_WINDOW_S`` and generated in left-padded
-batches (grouped by identical sampling settings, ordered by prompt, at most ``max_num_seqs`` rows). Each request
+Requests are generated in left-padded batches (grouped by identical sampling settings, ordered by prompt and seed,
+at most ``max_num_seqs`` rows). A batch's shape and companions change the last bits of every row's logits on a
+CPU, so which requests share a batch must not depend on timing: egpo's agent-loop manager announces each
+``generate_sequences`` call's request count (:meth:`expect_round`, :mod:`egpo.rollout.hf.rounds`) and the server
+waits until that round is complete before batching it, however slowly its requests arrive. Requests outside an
+announced round (a multi-turn loop's later turns, a caller that announces nothing) are gathered until none has
+arrived for ``GATHER_WINDOW_S``. Each request
 samples from its own seed (:mod:`egpo.rollout.hf.seeded_sampling`), derived from ``rollout.custom.seed``, the
 replica, the weights version (``global_steps``), its prompt tokens and how many identical prompts came before it
 in this weights version: its sample never depends on timing, batching or arrival order (which of a prompt's
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import defaultdict
 
 import torch
@@ -34,6 +40,8 @@ from egpo.keys import ROLLOUT_ENTROPY
 logger = logging.getLogger(__name__)
 
 GATHER_WINDOW_S = 0.05
+# how long an announced round waits after its latest arrival for the rest before it is generated as it stands
+ROUND_WAIT_S = 300.0
 
 
 def _as_tuple(ids) -> tuple[int, ...]:
@@ -60,6 +68,9 @@ class HFRolloutServer:
         self._drainer: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._batches = 0
+        self._round_left = 0  # requests still to come in the announced round
+        self._round_size = 0
+        self._last_arrival = 0.0
         self._seed = (int((self.config.custom or {}).get("seed", 0)), replica_rank)
 
     # ------------------------------------------------------------------ lifecycle
@@ -145,6 +156,9 @@ class HFRolloutServer:
             max_model_len=self.config.max_model_len,
             eos_token_ids=self.eos_token_ids,
         )
+        self._last_arrival = time.monotonic()
+        if self._round_left > 0:
+            self._round_left -= 1
         key = (self.global_steps, tuple(prompt))
         seed = request_seed(*self._seed, *key, self._occurrences[key])
         self._occurrences[key] += 1
@@ -160,13 +174,41 @@ class HFRolloutServer:
             extra_fields={"global_steps": self.global_steps, ROLLOUT_ENTROPY: out.entropy},
         )
 
-    async def _drain(self) -> None:
-        # gather the requests that arrive together (an agent-loop worker sends its chunk at once)
+    async def expect_round(self, count: int) -> None:
+        """The next ``count`` requests are one round: none is generated before all of them have arrived.
+
+        Replaces a round still open (one announced for requests that never came, e.g. a rollout verl skipped).
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"expect_round takes a request count >= 0, got {count!r}")
+        if self._round_left:
+            logger.warning("hf rollout server: a new round replaces one still waiting for %d of its %d requests",
+                           self._round_left, self._round_size)
+        self._round_left = self._round_size = count
+
+    async def _gather(self) -> None:
+        if self._round_left > 0:  # an announced round: all of it, whatever the timing
+            while self._round_left > 0:
+                await asyncio.sleep(GATHER_WINDOW_S)
+                if time.monotonic() - self._last_arrival > ROUND_WAIT_S:
+                    logger.warning(
+                        "hf rollout server: %d of the %d requests announced for this round did not arrive within "
+                        "%.0f s of the last one; generating the %d that did (this round's batches depend on "
+                        "arrival timing, so its samples are not bit-reproducible)",
+                        self._round_left, self._round_size, ROUND_WAIT_S, len(self._pending))
+                    self._round_left = 0
+            return
+        # unannounced requests: those that arrive together (an agent-loop worker sends its chunk at once)
         seen = -1
         while seen != len(self._pending):
             seen = len(self._pending)
             await asyncio.sleep(GATHER_WINDOW_S)
-        while self._pending:
+
+    async def _drain(self) -> None:
+        while True:
+            await self._gather()
+            if not self._pending:
+                return
             pending, self._pending = self._pending, []
             groups: dict[HFSampling, list] = defaultdict(list)
             for item in sorted(pending, key=lambda item: (item[0], item[1])):
