@@ -101,6 +101,14 @@ def test_extension_point_guard_fires_on_an_altered_manager(monkeypatch):
     monkeypatch.setattr(EntropyAgentLoopManager.__mro__[1], "__init__", altered_init)
     with pytest.raises(VerlRolloutShapeError, match=rf"verl {verl_version()}: AgentLoopManager.__init__ no longer keeps"):
         check_manager_extension_points()
+    monkeypatch.undo()
+
+    async def renamed(self, batch):
+        return batch
+
+    monkeypatch.setattr(EntropyAgentLoopManager.__mro__[1], "generate_sequences", renamed)
+    with pytest.raises(VerlRolloutShapeError, match="generate_sequences is no longer a coroutine taking one rollout"):
+        check_manager_extension_points()
 
 
 def test_replicas_are_chosen_where_this_verl_chooses_them():

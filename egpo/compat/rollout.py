@@ -75,7 +75,8 @@ def replica_class(rollout_name: str, config=None):
 
 
 def check_manager_extension_points(version: str | None = None) -> None:
-    """verl's manager keeps the classes egpo presets before its ``__init__``; the worker has ``_postprocess``."""
+    """verl's manager keeps the classes egpo presets before its ``__init__`` and has ``generate_sequences(prompts)``
+    (one rollout); the worker has ``_postprocess``."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 
     version = version or verl_version()
@@ -89,6 +90,12 @@ def check_manager_extension_points(version: str | None = None) -> None:
         )
     if "_postprocess" not in AgentLoopWorker.__dict__:
         raise VerlRolloutShapeError(f"verl {version}: AgentLoopWorker has no _postprocess; egpo cannot add rollout entropy")
+    generate = inspect.unwrap(getattr(AgentLoopManager, "generate_sequences", None) or (lambda: None))
+    if not inspect.iscoroutinefunction(generate) or list(inspect.signature(generate).parameters) != ["self", "prompts"]:
+        raise VerlRolloutShapeError(
+            f"verl {version}: AgentLoopManager.generate_sequences is no longer a coroutine taking one rollout's prompts; "
+            "egpo cannot announce each rollout's request count to the hf rollout server"
+        )
     check_tool_loop_shape(version)
 
 
