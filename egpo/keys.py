@@ -14,3 +14,8 @@ UPDATE_MASK = "egpo_update_mask"
 ENTROPY_KEY_BY_SOURCE = {"actor": ACTOR_ENTROPY, "rollout": ROLLOUT_ENTROPY}
 # Dropped before the actor update: nothing downstream of the advantage reads them.
 TRANSIENT_BATCH_KEYS = (ACTOR_ENTROPY, ROLLOUT_ENTROPY)
+
+# A request's sampling parameter from egpo's agent-loop worker to the hf rollout server: which row of the rollout
+# the request samples for (verl's trajectory: data-set index, copy number, validation), so that its seed does not
+# depend on arrival order among requests for the same prompt.
+SAMPLE_KEY = "egpo_sample_key"

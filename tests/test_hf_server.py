@@ -253,3 +253,62 @@ def test_rounds_are_announced_to_a_single_hf_server_only(caplog):
         assert not asyncio.run(RoundAnnouncer(lambda: [a, b]).announce(8))
     assert a.told == b.told == [] and "2 hf rollout replicas" in caplog.text
     assert not asyncio.run(RoundAnnouncer(lambda: []).announce(8))  # not an hf rollout: nothing to tell
+
+
+def test_a_row_key_decides_the_sample_whatever_the_arrival_order(demo_model):
+    """Without a row key, copies of one prompt take their samples in arrival order; with egpo's row key each row
+    keeps its own sample (two data-set rows with the same prompt must not trade samples: that changes GRPO groups)."""
+    from egpo.keys import SAMPLE_KEY
+
+    params = dict(temperature=1.0, top_p=1.0, top_k=-1, logprobs=True)
+    rows = [(7, n, False) for n in range(3)] + [(9, n, False) for n in range(3)]  # two data-set rows, one prompt
+
+    def run(order, keyed):
+        server = make_server(demo_model)
+        p = prompts(server, ["What is 7+1?"])[0]
+
+        async def go():
+            await server.set_global_steps(2)
+            outs = {}
+            for i in order:  # one at a time: the arrival order is exactly ``order``
+                extra = {SAMPLE_KEY: rows[i]} if keyed else {}
+                outs[i] = await server.generate(p, {**params, **extra}, request_id=f"r{i}")
+            return [list(outs[i].token_ids) for i in range(len(rows))]
+
+        return asyncio.run(go())
+
+    forward, backward = range(len(rows)), list(reversed(range(len(rows))))
+    keyed = run(forward, keyed=True)
+    assert run(backward, keyed=True) == keyed
+    assert len({tuple(t) for t in keyed}) > 1  # the rows' samples differ from one another
+    unkeyed = run(forward, keyed=False)
+    assert run(backward, keyed=False) == unkeyed[::-1]  # the n-th arrival gets the n-th sample
+    assert unkeyed != keyed
+
+
+def test_the_worker_keys_hf_requests_by_row_only(monkeypatch):
+    import numpy as np
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    from egpo.keys import SAMPLE_KEY
+    from egpo.rollout.agent_loop import EntropyAgentLoopWorker, sample_key
+
+    trajectory = {"step": 3, "sample_index": np.int64(41), "rollout_n": np.int64(2), "validate": np.bool_(False)}
+    key = sample_key(trajectory)
+    assert key == (41, 2, False) and repr(key) == "(41, 2, False)"  # plain values: one seed on numpy 1 and 2
+    assert sample_key({**trajectory, "sample_index": "q-17"})[0] == "q-17"
+
+    seen = []
+
+    async def verls(self, sampling_params, trajectory, **kwargs):
+        seen.append((sampling_params, kwargs))
+
+    monkeypatch.setattr(AgentLoopWorker, "_run_agent_loop", verls)
+    worker = EntropyAgentLoopWorker.__new__(EntropyAgentLoopWorker)
+    shared = {"temperature": 1.0}
+    for name in ("hf", "sglang", "vllm"):
+        worker.rollout_config = type("Rollout", (), {"name": name})()
+        asyncio.run(worker._run_agent_loop(shared, trajectory, agent_name="single_turn_agent", trace=False))
+    (hf, hf_kwargs), (sglang, _), (vllm, _) = seen
+    assert hf == {"temperature": 1.0, SAMPLE_KEY: (41, 2, False)} and sglang == vllm == shared == {"temperature": 1.0}
+    assert hf_kwargs == {"agent_name": "single_turn_agent", "trace": False}

@@ -109,6 +109,16 @@ def test_extension_point_guard_fires_on_an_altered_manager(monkeypatch):
     monkeypatch.setattr(EntropyAgentLoopManager.__mro__[1], "generate_sequences", renamed)
     with pytest.raises(VerlRolloutShapeError, match="generate_sequences is no longer a coroutine taking one rollout"):
         check_manager_extension_points()
+    monkeypatch.undo()
+
+    async def reordered(self, trajectory, sampling_params, **kwargs):
+        return None
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    monkeypatch.setattr(AgentLoopWorker, "_run_agent_loop", reordered)
+    with pytest.raises(VerlRolloutShapeError, match="_run_agent_loop no longer takes"):
+        check_manager_extension_points()
 
 
 def test_replicas_are_chosen_where_this_verl_chooses_them():

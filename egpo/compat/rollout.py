@@ -76,7 +76,7 @@ def replica_class(rollout_name: str, config=None):
 
 def check_manager_extension_points(version: str | None = None) -> None:
     """verl's manager keeps the classes egpo presets before its ``__init__`` and has ``generate_sequences(prompts)``
-    (one rollout); the worker has ``_postprocess``."""
+    (one rollout); the worker has ``_postprocess`` and ``_run_agent_loop(sampling_params, trajectory)``."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 
     version = version or verl_version()
@@ -90,6 +90,12 @@ def check_manager_extension_points(version: str | None = None) -> None:
         )
     if "_postprocess" not in AgentLoopWorker.__dict__:
         raise VerlRolloutShapeError(f"verl {version}: AgentLoopWorker has no _postprocess; egpo cannot add rollout entropy")
+    run = AgentLoopWorker.__dict__.get("_run_agent_loop")
+    if run is None or list(inspect.signature(run).parameters)[:3] != ["self", "sampling_params", "trajectory"]:
+        raise VerlRolloutShapeError(
+            f"verl {version}: AgentLoopWorker._run_agent_loop no longer takes (sampling_params, trajectory); egpo "
+            "cannot give hf rollout requests their row's seed"
+        )
     generate = inspect.unwrap(getattr(AgentLoopManager, "generate_sequences", None) or (lambda: None))
     if not inspect.iscoroutinefunction(generate) or list(inspect.signature(generate).parameters) != ["self", "prompts"]:
         raise VerlRolloutShapeError(

@@ -23,7 +23,7 @@ import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.utils.ray_utils import auto_await
 
-from egpo.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY, SAMPLE_KEY
 from egpo.rollout.hf.rounds import RoundAnnouncer
 from egpo.settings import EgpoSettings
 
@@ -115,10 +115,27 @@ def register_entropy_tool_agent() -> None:
     registry[TOOL_AGENT] = {"_target_": TOOL_AGENT_TARGET}
 
 
+def sample_key(trajectory: dict) -> tuple:
+    """Which row of a rollout a request samples for: verl's trajectory (data-set index, copy number, validation).
+
+    Plain Python values, so that the key (and the seed hashed from it) is the same under numpy 1 and 2.
+    """
+    index = trajectory["sample_index"]
+    index = index.item() if hasattr(index, "item") else index
+    return (index if isinstance(index, (int, str)) else repr(index), int(trajectory["rollout_n"]),
+            bool(trajectory["validate"]))
+
+
 class EntropyAgentLoopWorker(AgentLoopWorker):
     def __init__(self, *args, **kwargs):
         register_entropy_tool_agent()
         super().__init__(*args, **kwargs)
+
+    async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
+        # the hf server seeds each request from its row, not from its arrival among copies of the same prompt
+        if self.rollout_config.name == "hf":
+            sampling_params = {**sampling_params, SAMPLE_KEY: sample_key(trajectory)}
+        return await super()._run_agent_loop(sampling_params, trajectory, **kwargs)
 
     def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):
         inputs = canonical_sample_order(inputs, input_non_tensor_batch)

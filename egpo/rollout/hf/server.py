@@ -14,9 +14,12 @@ waits until that round is complete before batching it, however slowly its reques
 announced round (a multi-turn loop's later turns, a caller that announces nothing) are gathered until none has
 arrived for ``GATHER_WINDOW_S``. Each request
 samples from its own seed (:mod:`egpo.rollout.hf.seeded_sampling`), derived from ``rollout.custom.seed``, the
-replica, the weights version (``global_steps``), its prompt tokens and how many identical prompts came before it
-in this weights version: its sample never depends on timing, batching or arrival order (which of a prompt's
-identical copies gets which sample does; the agent-loop worker puts them in a canonical order). Weights arrive
+replica, the weights version (``global_steps``), its prompt tokens and the row it samples for
+(``sampling_params["egpo_sample_key"]``, which egpo's agent-loop worker sets from verl's trajectory: data-set
+index, copy number, validation), counting identical requests in arrival order only where two share all of that (a
+caller that sends no row key: then which of a prompt's identical copies gets which sample depends on arrival
+order). A row's sample never depends on timing, batching or arrival order; two data-set rows with the same prompt
+text do not trade samples either, which would change their GRPO groups. Weights arrive
 from the trainer through :meth:`update_weights` every step (on-policy); generation and weight loading never
 overlap.
 """
@@ -35,7 +38,7 @@ from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.hf.generate import generate_batch
 from egpo.rollout.hf.sampling import HFSampling, resolve_sampling
 from egpo.rollout.hf.seeded_sampling import request_seed
-from egpo.keys import ROLLOUT_ENTROPY
+from egpo.keys import ROLLOUT_ENTROPY, SAMPLE_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +151,10 @@ class HFRolloutServer:
         if image_data or video_data or any(v for k, v in kwargs.items() if k.endswith(("_data", "_kwargs"))):
             raise NotImplementedError("the hf rollout server is text-only")
         prompt = [int(t) for t in prompt_ids]
+        sampling_params = dict(sampling_params)
+        row = sampling_params.pop(SAMPLE_KEY, None)
         sampling = resolve_sampling(
-            dict(sampling_params),
+            sampling_params,
             prompt_len=len(prompt),
             prompt_length=self.config.prompt_length,
             response_length=self.config.response_length,
@@ -159,7 +164,7 @@ class HFRolloutServer:
         self._last_arrival = time.monotonic()
         if self._round_left > 0:
             self._round_left -= 1
-        key = (self.global_steps, tuple(prompt))
+        key = (self.global_steps, tuple(prompt)) if row is None else (self.global_steps, tuple(prompt), tuple(row))
         seed = request_seed(*self._seed, *key, self._occurrences[key])
         self._occurrences[key] += 1
         future = asyncio.get_running_loop().create_future()
