@@ -65,8 +65,9 @@ def start(cmd, root, cluster, name):
 def test_ctrl_c_stops_the_jobs_it_submitted_and_no_other(tmp_path, demo, cluster):
     root = with_demo_data(tmp_path, demo)
     ray_job(cluster, "submit", "--no-wait", "--submission-id", "someone-elses-job", "--", "sleep", "600")
-    proc, log = start(ablation(root, "stopped", "--ray-address", cluster.dashboard, "--poll", "1"), root, cluster,
-                      "ablation")
+    # a run far longer than the test: it is still training when Ctrl-C comes, however slow the machine
+    proc, log = start(ablation(root, "stopped", "--ray-address", cluster.dashboard, "--poll", "1", "--steps", "1000"),
+                      root, cluster, "ablation")
     work = root / "stopped" / RUN
     try:
         wait_for(lambda: (work / ATTEMPT).exists(), proc, 600, "the run's job to start training")
