@@ -57,15 +57,17 @@ def job_state(cluster, submission_id: str) -> str:
 
 
 def start(cmd, root, cluster, name):
+    """The ablation as Ctrl-C in a terminal reaches it: with SIGINT's default action, which a test run started in
+    the background (``pytest &`` from a script) would otherwise pass down as ignored."""
     out = open(root / f"{name}.out", "w")
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=root, env=cluster.env), \
-        root / f"{name}.out"
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=root, env=cluster.env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)), root / f"{name}.out"
 
 
 def test_ctrl_c_stops_the_jobs_it_submitted_and_no_other(tmp_path, demo, cluster):
     root = with_demo_data(tmp_path, demo)
     ray_job(cluster, "submit", "--no-wait", "--submission-id", "someone-elses-job", "--", "sleep", "600")
-    # a run far longer than the test: it is still training when Ctrl-C comes, however slow the machine
+    # a run of all the smoke data's steps (16), not 3: it is still training when Ctrl-C comes on a slow machine
     proc, log = start(ablation(root, "stopped", "--ray-address", cluster.dashboard, "--poll", "1", "--steps", "1000"),
                       root, cluster, "ablation")
     work = root / "stopped" / RUN
