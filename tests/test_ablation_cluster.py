@@ -1,8 +1,8 @@
 """The ablation on a real Ray cluster of the test's own (tests/ray_cluster.py: `ray start --head` on free ports, with
 token authentication, stopped by its own temp dir): 2 arms x 2 seeds as Ray jobs, two at once, one job killed
 mid-step (its whole process group, as a lost node) and resubmitted from its last checkpoint, ending as the
-uninterrupted run ends; then the status grid and the report. And Ctrl-C: the ablation stops the jobs it submitted,
-and no other. Real trainer runs on the CPU smoke recipe; verl 0.9.1 only, for CI time (the dispatch is egpo's, the
+uninterrupted run ends; then the status grid and the report. And Ctrl-C or SIGTERM: the ablation stops the jobs it
+submitted, and no other. Real trainer runs on the CPU smoke recipe; verl 0.9.1 only, for CI time (the dispatch is egpo's, the
 same on both stacks)."""
 
 import json
@@ -64,9 +64,11 @@ def start(cmd, root, cluster, name):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)), root / f"{name}.out"
 
 
-def test_ctrl_c_stops_the_jobs_it_submitted_and_no_other(tmp_path, demo, cluster):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_stopping_the_ablation_stops_the_jobs_it_submitted_and_no_other(tmp_path, demo, cluster, stop):
     root = with_demo_data(tmp_path, demo)
-    ray_job(cluster, "submit", "--no-wait", "--submission-id", "someone-elses-job", "--", "sleep", "600")
+    other = f"someone-elses-job-{stop.name}"
+    ray_job(cluster, "submit", "--no-wait", "--submission-id", other, "--", "sleep", "600")
     # a run of all the smoke data's steps (16), not 3: it is still training when Ctrl-C comes on a slow machine
     proc, log = start(ablation(root, "stopped", "--ray-address", cluster.dashboard, "--poll", "1", "--steps", "1000"),
                       root, cluster, "ablation")
@@ -75,7 +77,7 @@ def test_ctrl_c_stops_the_jobs_it_submitted_and_no_other(tmp_path, demo, cluster
         wait_for(lambda: (work / ATTEMPT).exists(), proc, 600, "the run's job to start training")
         job = json.loads((work / JOB).read_text())["submission_id"]
         pid = json.loads((work / ATTEMPT).read_text())["pid"]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)  # Ctrl-C, or a scheduler cancelling the ablation
         proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
@@ -84,8 +86,8 @@ def test_ctrl_c_stops_the_jobs_it_submitted_and_no_other(tmp_path, demo, cluster
     assert proc.returncode == 1 and "interrupted: the jobs it submitted were stopped" in text, text[-3000:]
     assert f"stopping job {job}" in text and f"job {job} stopped" in text
     assert job_state(cluster, job) == "STOPPED"
-    assert job_state(cluster, "someone-elses-job") == "RUNNING"
-    ray_job(cluster, "stop", "someone-elses-job")
+    assert job_state(cluster, other) == "RUNNING"
+    ray_job(cluster, "stop", other)
     # the attempt recorded its end, and its training is gone with the job
     assert json.loads((work / FAILED).read_text())["returncode"] == -signal.SIGTERM
     with pytest.raises(ProcessLookupError):

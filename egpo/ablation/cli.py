@@ -4,6 +4,7 @@ starts, then the runs, here or on a Ray cluster."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -76,6 +77,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def stop_as_on_ctrl_c(signum, frame):
+    """SIGTERM (a scheduler cancelling the ablation, ``kill PID``) ends it as Ctrl-C does: the runs it started, and
+    on a cluster the jobs it submitted, are stopped before it exits, not left running."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--status"]:
@@ -86,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(status_lines(Path(argv[1]))))
         return
     args = parse(argv)
+    signal.signal(signal.SIGTERM, stop_as_on_ctrl_c)
     client = dispatch = None
     if args.ray_address:
         from egpo.ablation.cluster import CLUSTER_OVERRIDES, connect
