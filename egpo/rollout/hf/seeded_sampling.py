@@ -81,6 +81,6 @@ class SeededSampler:
 
 
 def request_seed(*parts) -> int:
-    """A 63-bit seed from the parts' text (server seed, weights version, prompt tokens, occurrence index)."""
+    """A 63-bit seed from the parts' text (server seed, weights version, prompt tokens, row key, occurrence index)."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> (64 - SEED_BITS)

@@ -67,7 +67,7 @@ class HFRolloutServer:
         self.global_steps = None
         self.model = None
         self._pending: list[tuple[list[int], int, HFSampling, asyncio.Future]] = []
-        self._occurrences: dict[tuple, int] = defaultdict(int)  # (weights version, prompt) -> requests so far
+        self._occurrences: dict[tuple, int] = defaultdict(int)  # (weights version, prompt[, row]) -> requests so far
         self._drainer: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._batches = 0
