@@ -2,7 +2,7 @@
 
 A batch's shape and companions change the last bits of every row's logits on a CPU; batches formed by arrival
 timing would make a run's samples depend on machine load. Before verl's agent-loop manager dispatches a
-``generate_sequences`` call, :func:`announce_round` tells the server how many requests the call sends (one per
+``generate_sequences`` call, :meth:`RoundAnnouncer.announce` tells the server how many requests the call sends (one per
 row: verl has already repeated each prompt ``rollout.n`` times), and the server batches them only once all have
 arrived (:meth:`~egpo.rollout.hf.server.HFRolloutServer.expect_round`).
 
