@@ -61,9 +61,14 @@ def _write_steps(path: Path, steps: list[dict]) -> None:
 
 
 def logged_steps(work: Path) -> list[dict]:
-    """Every step logged so far, the running attempt's included, each once (the latest attempt's line wins)."""
-    by_step = {s["step"]: s for s in read_steps(work / METRICS_FILE)}
-    by_step.update({s["step"]: s for s in read_steps(work / ATTEMPT_METRICS)})
+    """Every step logged so far, the running attempt's included, each once. Lines of one step are merged key by key,
+    the later line's value winning: verl logs a step in more than one line (a resumed attempt's validation before
+    training is logged at the step it resumes from, whose training metrics an earlier line holds)."""
+    by_step: dict[int, dict] = {}
+    for line in [*read_steps(work / METRICS_FILE), *read_steps(work / ATTEMPT_METRICS)]:
+        step = by_step.setdefault(line["step"], {"step": line["step"], "data": {}})
+        step["data"].update(line.get("data", {}))
+        step.update({k: v for k, v in line.items() if k not in ("step", "data")})
     return [by_step[k] for k in sorted(by_step)]
 
 
@@ -99,8 +104,13 @@ def resume_point(work: Path) -> int:
 
 def begin_attempt(work: Path) -> tuple[int, Path]:
     """Before an attempt: the steps up to the checkpoint it resumes from kept in ``metrics.jsonl``, the rest dropped
-    (the attempt logs them again); returns (the step it resumes from, the file its logger writes)."""
+    (the attempt logs them again); every checkpoint but the one it resumes from removed (verl's rotation knows only
+    the checkpoints its own attempt saved, so older ones would stay until the run ends: a resumed run would hold
+    2 x keep, not keep + 1); returns (the step it resumes from, the file its logger writes)."""
     resume = resume_point(work)
+    for step in checkpoint_steps(work):
+        if step != resume:
+            shutil.rmtree(work / CHECKPOINTS / f"global_step_{step}", ignore_errors=True)
     kept = [s for s in logged_steps(work) if s["step"] <= resume]
     _write_steps(work / METRICS_FILE, kept)
     (work / ATTEMPT_METRICS).unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""The actor's entropy as egpo reads it: computed, and in fp32 (egpo.trainer.actor_entropy).
+"""The actor's entropy as egpo reads it: in fp32, with no update-time entropy turned on (egpo.trainer.actor_entropy).
 
 verl's plain ``entropy_from_logits`` works in the logits' dtype; its chunked one casts to fp32. With bf16 logits
 the first is off by about 0.1 nat per token, which the float64 reference below shows on Qwen3-sized logits; egpo
@@ -12,8 +12,9 @@ from omegaconf import OmegaConf
 from verl.utils import torch_functional as verl_F
 
 from egpo.settings import EgpoConfigError, EgpoSettings
-from egpo.trainer.actor_entropy import (CALCULATE, CHUNKED, actor_entropy_precision, prepare_actor_entropy,
-                                        reads_actor_entropy)
+from conftest import VERL
+from egpo.trainer.actor_entropy import (CALCULATE, CHUNKED, ENTROPY_COMPILE_KEYS, actor_entropy_precision,
+                                        prepare_actor_entropy, reads_actor_entropy)
 
 
 def config(*overrides, name="egpo_trainer"):
@@ -48,12 +49,17 @@ def test_bf16_entropy_is_off_and_verls_chunked_entropy_is_fp32():
 
 
 @pytest.mark.parametrize("source", ["actor", "rollout"])
-def test_egpo_turns_on_fp32_entropy_and_calculate_entropy(source):
+def test_egpo_turns_on_fp32_entropy_uncompiled_and_never_the_update_entropy(source):
+    """Chunked fp32 entropy, verl's compile of it off (it recompiles per token count), and calculate_entropy left
+    false: that key would add a full-vocabulary entropy to every update micro-batch, which egpo never reads."""
     cfg, lines = prepared("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}",
                           "actor_rollout_ref.model.use_remove_padding=true")
-    assert OmegaConf.select(cfg, CHUNKED) is True and OmegaConf.select(cfg, CALCULATE) is True
+    assert OmegaConf.select(cfg, CHUNKED) is True and OmegaConf.select(cfg, CALCULATE) is False
     assert actor_entropy_precision(cfg) == "fp32"
     assert any(CHUNKED in line for line in lines)
+    for key in ENTROPY_COMPILE_KEYS[VERL]:
+        assert OmegaConf.select(cfg, key) is False, key
+        assert any(key in line for line in lines)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -80,7 +86,7 @@ def test_padded_bf16_path_is_refused_and_each_fix_works(source):
     for fix in err.value.fixes:
         cfg, _ = prepared(*overrides, *fix)
         assert actor_entropy_precision(cfg) == "fp32"
-        assert OmegaConf.select(cfg, CALCULATE) is True
+        assert OmegaConf.select(cfg, CALCULATE) is False
 
 
 def test_fp32_forward_and_megatron_need_no_chunking():
@@ -88,7 +94,7 @@ def test_fp32_forward_and_megatron_need_no_chunking():
     cfg, lines = prepared("algorithm.adv_estimator=egpo", "actor_rollout_ref.model.use_remove_padding=false",
                           "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32")
     assert actor_entropy_precision(cfg) == "fp32" and OmegaConf.select(cfg, CHUNKED) is False and lines == []
-    assert OmegaConf.select(cfg, CALCULATE) is True
+    assert OmegaConf.select(cfg, CALCULATE) is False
     # Megatron's Float16Module returns fp32 logits
     cfg, lines = prepared("algorithm.adv_estimator=egpo", name="egpo_megatron_trainer")
-    assert actor_entropy_precision(cfg) == "fp32" and OmegaConf.select(cfg, CALCULATE) is True
+    assert actor_entropy_precision(cfg) == "fp32" and OmegaConf.select(cfg, CALCULATE) is False

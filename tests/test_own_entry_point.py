@@ -25,7 +25,7 @@ def test_verls_own_config_with_egpos_overrides_is_prepared(demo):
     config = prepare_config(config)
     assert OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class") == MANAGER_PATH
     assert config.algorithm.cot_start_token_id is not None and config.algorithm.cot_end_token_id is not None
-    assert config.actor_rollout_ref.actor.calculate_entropy is True
+    assert config.actor_rollout_ref.actor.calculate_entropy is False  # the update-time entropy: never egpo's
     assert config.actor_rollout_ref.actor.entropy_from_logits_with_chunking is True
 
 

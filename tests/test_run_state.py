@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from egpo.run_state import (ATTEMPT, ATTEMPT_METRICS, CHECKPOINTS, DONE, LATEST, METRICS_FILE, RUN, begin_attempt,
-                            end_attempt, logged_steps, prune_checkpoints, read_steps, run_status)
+                            checkpoint_steps, end_attempt, logged_steps, prune_checkpoints, read_steps, run_status)
 
 
 def write_steps(path, steps, value=0.0):
@@ -47,8 +47,8 @@ def test_a_checkpoint_whose_step_was_never_logged_is_run_again(tmp_path):
     (tmp_path / CHECKPOINTS / "global_step_1" / "actor").rmdir()  # verl's max_actor_ckpt_to_keep=2 pruned it
     resume, _ = begin_attempt(tmp_path)
     assert resume == 2 and (tmp_path / CHECKPOINTS / LATEST).read_text() == "2"
-    assert sorted(p.name for p in (tmp_path / CHECKPOINTS).glob("global_step_*")) == ["global_step_1",
-                                                                                      "global_step_2"]
+    # checkpoint 1's folder (verl pruned its weights) goes too: only the one resumed from is kept
+    assert sorted(p.name for p in (tmp_path / CHECKPOINTS).glob("global_step_*")) == ["global_step_2"]
     assert [s["step"] for s in read_steps(tmp_path / METRICS_FILE)] == [1, 2]
     # nothing usable before: a fresh start, verl's pointer gone
     other = tmp_path / "other"
@@ -149,3 +149,42 @@ def test_status_of_a_run_whose_attempt_is_a_ray_job_or_on_another_machine(tmp_pa
     assert run_status(work, job_alive=False).state == "failed"  # Ray says the job ended without done.json
     (work / ATTEMPT).write_text(json.dumps({"pid": dead.pid, "resumed_from": 0, "started": 0.0}))
     assert run_status(work).state == "failed"  # this machine's process, gone
+
+
+def test_a_resumed_attempt_keeps_only_the_checkpoint_it_resumes_from(tmp_path):
+    """verl's rotation (max_actor_ckpt_to_keep) knows only the checkpoints its own attempt saved: without a prune
+    here, a resumed run would hold the dead attempt's 2 and the new attempt's 2. Before the attempt starts, every
+    checkpoint but the resume point goes, so a run never holds more than keep + 1."""
+    write_steps(tmp_path / ATTEMPT_METRICS, [1, 2, 3, 4, 5, 6])
+    checkpoint(tmp_path, 4, 6)
+    resume, _ = begin_attempt(tmp_path)
+    assert resume == 6 and checkpoint_steps(tmp_path) == [6]
+    checkpoint(tmp_path, 8, 10)  # the new attempt's own two (its rotation keeps 2)
+    assert len(checkpoint_steps(tmp_path)) == 3  # keep + 1 at most
+
+
+def test_a_resumed_attempts_validation_at_its_step_keeps_that_steps_training_metrics(tmp_path):
+    """verl logs a resumed attempt's validation before training at the step it resumes from, in a line of its own;
+    that step's training metrics, logged by the attempt that reached it, stay, and the validation is merged in."""
+    (tmp_path / METRICS_FILE).write_text(
+        json.dumps({"step": 19, "data": {"critic/score/mean": 0.4}}) + "\n" +
+        json.dumps({"step": 20, "data": {"critic/score/mean": 0.5, "val-core/acc": 0.30}}) + "\n")
+    (tmp_path / ATTEMPT_METRICS).write_text(
+        json.dumps({"step": 20, "data": {"val-core/acc": 0.31}}) + "\n" +
+        json.dumps({"step": 21, "data": {"critic/score/mean": 0.6}}) + "\n")
+    steps = {s["step"]: s["data"] for s in logged_steps(tmp_path)}
+    assert steps[20] == {"critic/score/mean": 0.5, "val-core/acc": 0.31}
+    assert steps[21] == {"critic/score/mean": 0.6} and steps[19] == {"critic/score/mean": 0.4}
+
+
+def test_a_resumed_attempt_does_not_validate_before_training():
+    from hydra import compose, initialize_config_module
+
+    from egpo.ablation.attempt import attempt_command
+
+    command = ["python", "-m", "egpo.main", "trainer.val_before_train=true", "trainer.test_freq=20"]
+    assert attempt_command(command, 0) == command  # a fresh run validates as configured
+    resumed = attempt_command(command, 20)
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        cfg = compose("egpo_trainer", overrides=resumed[3:])
+    assert cfg.trainer.val_before_train is False and cfg.trainer.test_freq == 20

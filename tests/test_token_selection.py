@@ -106,11 +106,9 @@ def test_no_valid_token_and_bad_input():
     assert empty.n_kept == 0 and empty.threshold is None
     assert "egpo/token_selection/entropy_threshold" not in empty.metrics()
     entropy = torch.rand(2, 3)
-    entropy[1, 1] = float("nan")
-    with pytest.raises(ValueError, match="not finite"):
+    entropy[1, 1] = float("nan")  # one of six valid tokens: above the share a batch may lose
+    with pytest.raises(ValueError, match="NaN or inf on 1 of the batch's 6 valid"):
         top_entropy_mask(entropy, torch.ones(2, 3), 0.2)
-    entropy[1, 1] = 0.5
-    top_entropy_mask(entropy, torch.tensor([[1, 1, 1], [1, 1, 1]]), 0.2)
     with pytest.raises(ValueError, match="aligned 1:1"):
         top_entropy_mask(torch.rand(2, 3), torch.ones(2, 4), 0.2)
     for bad in (0, 0.0, -0.1, 1.5, True, "0.2"):
@@ -190,3 +188,25 @@ def test_a_loss_that_is_not_the_policy_gradient_alone_is_refused_with_a_fix_that
     settings = EgpoSettings.from_algorithm(fixed.algorithm)
     check_token_selection(fixed, settings)
     assert settings.selects_tokens
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_stray_non_finite_entropy_is_never_kept_and_counted(bad):
+    """One NaN or inf among 200 valid tokens (0.5%, under the 1% limit): the selection over the other 199 is the one
+    of a batch without that token, bit for bit, and the token is counted, not kept."""
+    g = torch.Generator().manual_seed(3)
+    entropy = torch.rand(4, 60, generator=g)
+    mask = torch.ones(4, 60)
+    mask[:, 50:] = 0  # 200 valid tokens
+    entropy[2, 7] = bad
+    selection = top_entropy_mask(entropy, mask, 0.2)
+    without = mask.clone()
+    without[2, 7] = 0
+    reference = top_entropy_mask(entropy, without, 0.2)
+    assert torch.equal(selection.mask, reference.mask) and selection.mask[2, 7] == 0
+    assert selection.threshold == reference.threshold and selection.n_kept == reference.n_kept == 40  # ceil(0.2 x 199)
+    assert selection.metrics()["egpo/token_selection/nonfinite_tokens"] == 1.0
+    assert reference.metrics()["egpo/token_selection/nonfinite_tokens"] == 0.0
+    entropy[0, :3] = bad  # 4 of 200: over the limit
+    with pytest.raises(ValueError, match="NaN or inf on 4 of the batch's 200 valid"):
+        top_entropy_mask(entropy, mask, 0.2)

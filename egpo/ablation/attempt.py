@@ -61,6 +61,16 @@ def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], k
                                         "cwd": os.getcwd(), "keep": keep, "timeout": timeout}, indent=1))
 
 
+NO_REVALIDATION = "trainer.val_before_train=false"
+
+
+def attempt_command(command: list[str], resume: int) -> list[str]:
+    """The run's command for an attempt that resumes from step ``resume``: a resumed attempt does not validate before
+    training (the step it resumes from was validated, where it was due, by the attempt that reached it; verl would
+    validate all over again at that step, a full validation's generations per resume)."""
+    return [*command, NO_REVALIDATION] if resume > 0 else list(command)
+
+
 def log_tail(work: Path, lines: int = 20) -> str:
     log = work / LOG
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
@@ -89,7 +99,7 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
     with open(work / LOG, "a") as log:
         log.write(f"[ablation] attempt from step {resume} on {socket.gethostname()}\n")
         log.flush()
-        proc = subprocess.Popen(spec["command"], cwd=cwd, stdout=subprocess.PIPE if echo else log,
+        proc = subprocess.Popen(attempt_command(spec["command"], resume), cwd=cwd, stdout=subprocess.PIPE if echo else log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=own_session)
         record_attempt(work, proc.pid, resume)
         pump = _echo(proc, log) if echo else None

@@ -11,6 +11,11 @@ read as written in decimal, so 0.2 * 10 keeps 2), the threshold is the k-th larg
 at or above it is kept (ties at the threshold are all kept, so a batch can keep more than k). ``quantile=1`` keeps
 every valid token: the mask returned equals the one given, bit for bit. torch.quantile's linear interpolation
 (TRL's ``top_entropy_quantile``) keeps the same tokens or one fewer.
+
+A valid token whose entropy is not finite (a NaN or inf from a bf16 overflow or a bad engine row) is never kept and is
+counted (``egpo/token_selection/nonfinite_tokens``); the quantile is taken over the finite ones, as the estimator
+skips such values. A batch with more than :data:`NONFINITE_SHARE_LIMIT` of its valid tokens non-finite stops the run:
+that is a broken entropy, not a stray value.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from fractions import Fraction
 import torch
 
 TOKEN_SELECTIONS = ("all", "top_entropy")
+NONFINITE_SHARE_LIMIT = 0.01  # above this share of a batch's valid tokens, non-finite entropy stops the run
 
 
 def validate_token_selection(selection: str, quantile: float) -> None:
@@ -51,11 +57,13 @@ class TokenSelection:
     n_valid: int
     n_kept: int
     kept_entropy_mean: float | None
+    n_nonfinite: int = 0  # valid tokens whose entropy is NaN or inf: never kept
 
     def metrics(self) -> dict[str, float]:
         """Step metrics; the threshold and the kept tokens' mean entropy only where the batch had valid tokens."""
         metrics = {"egpo/token_selection/kept_frac": self.n_kept / self.n_valid if self.n_valid else 0.0,
-                   "egpo/token_selection/kept_tokens": float(self.n_kept)}
+                   "egpo/token_selection/kept_tokens": float(self.n_kept),
+                   "egpo/token_selection/nonfinite_tokens": float(self.n_nonfinite)}
         if self.threshold is not None:
             metrics["egpo/token_selection/entropy_threshold"] = self.threshold
             metrics["egpo/token_selection/kept_entropy_mean"] = self.kept_entropy_mean
@@ -65,24 +73,28 @@ class TokenSelection:
 def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantile: float) -> TokenSelection:
     """``response_mask`` narrowed to the valid tokens whose ``entropy`` is in the batch's top ``quantile``.
 
-    ``entropy`` and ``response_mask``: (batch, response_length); a token is valid where the mask is nonzero. The
-    entropy of valid tokens must be finite.
+    ``entropy`` and ``response_mask``: (batch, response_length); a token is valid where the mask is nonzero. Valid
+    tokens with a non-finite entropy are never kept; above :data:`NONFINITE_SHARE_LIMIT` of them the batch is refused.
     """
     validate_token_selection("top_entropy", quantile)
     if entropy.shape != response_mask.shape:
         raise ValueError(f"entropy has shape {tuple(entropy.shape)} but response_mask has shape "
                          f"{tuple(response_mask.shape)}; they must be aligned 1:1 with the response tokens")
     valid = response_mask.bool()
-    values = entropy[valid]
+    n_valid_all = int(valid.sum())
+    finite = valid & torch.isfinite(entropy)
+    values = entropy[finite]
     n_valid = values.numel()
+    n_nonfinite = n_valid_all - n_valid
+    if n_nonfinite > NONFINITE_SHARE_LIMIT * n_valid_all:
+        raise ValueError(f"the entropy is NaN or inf on {n_nonfinite} of the batch's {n_valid_all} valid response tokens "
+                         f"(more than {NONFINITE_SHARE_LIMIT:.0%}), so the top-entropy tokens are undefined; look for "
+                         "the step's NaN or inf in egpo/*entropy* and the rollout's logits")
     if n_valid == 0:
-        return TokenSelection(response_mask.clone(), None, 0, 0, None)
-    if not bool(torch.isfinite(values).all()):
-        raise ValueError("the entropy is not finite on some valid response token, so the top-entropy tokens are "
-                         "undefined; look for the step's NaN or inf in egpo/*entropy* and the rollout's logits")
+        return TokenSelection(response_mask * finite.to(response_mask.dtype), None, 0, 0, None, n_nonfinite)
     k = kept_count(n_valid, quantile)
     threshold = torch.kthvalue(values, n_valid - k + 1).values  # the k-th largest
-    keep = valid & (entropy >= threshold)
+    keep = finite & (entropy >= threshold)
     kept = entropy[keep]
     return TokenSelection(
         mask=response_mask * keep.to(response_mask.dtype),
@@ -90,4 +102,5 @@ def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantil
         n_valid=n_valid,
         n_kept=kept.numel(),
         kept_entropy_mean=float(kept.double().mean()),
+        n_nonfinite=n_nonfinite,
     )

@@ -41,8 +41,12 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
 
 
 def check_stack(config: DictConfig) -> str:
-    """The installed verl is a tested one, and this config is one its egpo runs. Returns the verl version."""
+    """The installed verl is a tested one, shaped as egpo relies on (:mod:`egpo.compat.verl_shapes`), and this config
+    is one its egpo runs. Returns the verl version."""
+    from egpo.compat.verl_shapes import check_verl_shapes
+
     version = verl_version()
+    check_verl_shapes(version)
     problems = stack_problems(config, version)
     if problems:
         raise EgpoConfigError(f"on verl {version}: " + "; ".join(problems) + ". Nothing was started.")

@@ -2,7 +2,8 @@
 
 ``python -m egpo.preflight --config-path=... --config-name=... [overrides]`` prints every finding for a recipe plus
 overrides (egpo's start-up refusals, data files and prompt lengths, tokens and generations per step, validation's
-share of the run, loggers, batch arithmetic, the actor entropy's precision, replica seeds, which servers a reward
+share of the run, what egpo adds per GPU, on the driver and on disk at the model's real
+scale, loggers, batch arithmetic, the actor entropy's precision, replica seeds, which servers a reward
 model or teacher gets) and exits non-zero on an error. ``python -m egpo.main`` runs the cheap
 ones (everything but tokenizing the prompts) before Ray starts and refuses a run with an error.
 """
@@ -10,11 +11,12 @@ ones (everything but tokenizing the prompts) before Ray starts and refuses a run
 from __future__ import annotations
 
 from egpo.preflight.batch import batch_findings
-from egpo.preflight.budget import budget_findings
+from egpo.preflight.budget import budget_findings, planned_steps
 from egpo.preflight.data import file_findings, inspect_split, prompt_length_findings
 from egpo.preflight.engines import engine_findings
 from egpo.preflight.findings import Finding
 from egpo.preflight.loggers import logger_findings
+from egpo.preflight.scale import scale_findings
 
 __all__ = ["Finding", "preflight_findings", "startup_preflight"]
 
@@ -36,6 +38,7 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
             if kept is not None:
                 rows[key] = kept
     findings += budget_findings(config, rows["data.train_files"], rows["data.val_files"])
+    findings += scale_findings(config, planned_steps(config, rows["data.train_files"])[0])
     findings += logger_findings(config)
     findings += batch_findings(config)
     findings += engine_findings(config)

@@ -42,9 +42,9 @@ def _fmt(n: int | None) -> str:
     return "?" if n is None else f"{n:,}"
 
 
-def budget_findings(config, train_rows: int | None, val_rows: int | None) -> list[Finding]:
+def planned_steps(config, train_rows: int | None) -> tuple[int | None, list[Finding]]:
+    """The run's steps (None: unknown) and the findings on them."""
     data, trainer = config.data, config.trainer
-    rollout = config.actor_rollout_ref.rollout
     batch = int(data.train_batch_size)
     findings: list[Finding] = []
     steps = None
@@ -67,6 +67,14 @@ def budget_findings(config, train_rows: int | None, val_rows: int | None) -> lis
                                                  f"trainer.total_epochs={need}"))
     elif requested is not None:
         steps = int(requested)
+    return steps, findings
+
+
+def budget_findings(config, train_rows: int | None, val_rows: int | None) -> list[Finding]:
+    data, trainer = config.data, config.trainer
+    rollout = config.actor_rollout_ref.rollout
+    batch = int(data.train_batch_size)
+    steps, findings = planned_steps(config, train_rows)
     n = int(rollout.n)
     length = int(data.max_prompt_length) + int(data.max_response_length)
     val_kwargs = rollout.get("val_kwargs", None) or {}

@@ -31,7 +31,7 @@ def actor_entropy_findings(config) -> list[Finding]:
     precision = actor_entropy_precision(config)
     if precision == "fp32":
         return [fact("entropy", f"the actor's entropy ({use}) is computed in fp32 "
-                                "(egpo.trainer.actor_entropy; actor.calculate_entropy=true)")]
+                                "(egpo.trainer.actor_entropy)")]
     return [warning("entropy", f"the actor's entropy ({use}) would be computed in bf16: {precision}")]
 
 

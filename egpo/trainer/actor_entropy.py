@@ -1,4 +1,4 @@
-"""The actor's entropy as egpo reads it: always computed, and in fp32 (driver side, before Ray starts).
+"""The actor's entropy as egpo reads it: in fp32, at no memory verl would not use (driver side, before Ray starts).
 
 egpo reads the entropy of the actor's old-log-prob recompute whenever that recompute runs in an egpo run: as the
 bonus's entropy (``entropy_source=actor``) or for the rollout-vs-actor agreement figures. Two verl defaults would
@@ -10,8 +10,12 @@ corrupt it:
   entropy (``actor.entropy_from_logits_with_chunking=true``, which casts each chunk to fp32; verl reads it only on
   the remove-padding path) or its fused kernels (``model.use_fused_kernels=true``, fp32 logits). Megatron's
   ``Float16Module`` returns fp32 logits, and its vocab-parallel entropy works on those.
-* **whether it is computed**: verl 0.9.1 gates the update's entropy on ``actor.calculate_entropy`` (or a non-zero
-  ``entropy_coeff``) and upstream proposals would gate the old-policy entropy on the same; egpo sets it.
+* **where it is computed**: egpo reads the old-policy recompute's entropy, which both verls compute whatever the
+  config says (:mod:`egpo.compat.verl_shapes` checks that at start-up). ``actor.calculate_entropy`` is another
+  entropy, the one of every actor-update micro-batch: on verl 0.9.1 a full-vocabulary fp32 entropy with a backward
+  pass (its coefficient 0 does not skip autograd), tens of GB at a Qwen3 recipe's token budget. egpo never sets it;
+  where a user's config does (or an entropy bonus needs it) the preflight states its memory
+  (:mod:`egpo.preflight.scale`).
 
 :func:`prepare_actor_entropy` sets what it can and refuses (with the fixes) what it cannot.
 """
@@ -24,7 +28,7 @@ from egpo.settings import EgpoConfigError, EgpoSettings
 
 ACTOR = "actor_rollout_ref.actor"
 CHUNKED = f"{ACTOR}.entropy_from_logits_with_chunking"
-CALCULATE = f"{ACTOR}.calculate_entropy"
+CALCULATE = f"{ACTOR}.calculate_entropy"  # the update-time entropy: never set by egpo
 FUSED = "actor_rollout_ref.model.use_fused_kernels"
 REMOVE_PADDING = "actor_rollout_ref.model.use_remove_padding"
 PARAM_DTYPE = f"{ACTOR}.fsdp_config.mixed_precision.param_dtype"
@@ -58,21 +62,44 @@ def actor_entropy_precision(config: DictConfig) -> str:
 
 
 UNFIXABLE_FIXES = ((f"{REMOVE_PADDING}=true",), (f"{FUSED}=true",))
+# The keys that compile verl's FSDP entropy function (``torch.compile(..., dynamic=True)``), per verl: 0.7.1's legacy
+# actor reads the actor's own key, both engines the FSDP config's. The chunked function loops over the token count,
+# so dynamo specializes on it: 8 recompiles per worker under dynamic batching, then eager for the rest of the run.
+ENTROPY_COMPILE_KEYS = {
+    "0.7.1": (f"{ACTOR}.use_torch_compile", f"{ACTOR}.fsdp_config.use_torch_compile"),
+    "0.9.1": (f"{ACTOR}.fsdp_config.use_torch_compile",),
+}
+
+
+def compiles_chunked_entropy(config: DictConfig, version: str) -> list[str]:
+    """The keys that would compile verl's chunked entropy in this FSDP config (none where it is not chunked)."""
+    if config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
+        return []
+    if not OmegaConf.select(config, CHUNKED, default=False):
+        return []
+    return [key for key in ENTROPY_COMPILE_KEYS[version] if OmegaConf.select(config, key, default=True)]
 
 
 def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print) -> None:
-    """Where egpo reads the actor's entropy: ``calculate_entropy=true`` and fp32 entropy (chunked entropy set on the
-    remove-padding path; the padded bf16 path refused with its fixes). Any other run is left as it is."""
+    """Where egpo reads the actor's entropy: fp32 entropy (chunked entropy set on the remove-padding path, with verl's
+    compile of it off; the padded bf16 path refused with its fixes). Any other run is left as it is."""
     if not reads_actor_entropy(settings):
         return
     with open_dict(config):
-        if not OmegaConf.select(config, CALCULATE, default=False):
-            OmegaConf.update(config, CALCULATE, True, force_add=True)
         precision = actor_entropy_precision(config)
         if precision != "fp32" and OmegaConf.select(config, REMOVE_PADDING, default=False):
             OmegaConf.update(config, CHUNKED, True, force_add=True)
             echo(f"[egpo] {CHUNKED}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
             precision = actor_entropy_precision(config)
+        if precision == "fp32":
+            from egpo.compat.versions import verl_version
+
+            compiled = compiles_chunked_entropy(config, verl_version())
+            for key in compiled:
+                OmegaConf.update(config, key, False, force_add=True)
+            if compiled:
+                echo(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
+                     "token count (8 times a worker), then runs eager anyway")
     if precision != "fp32":
         what = ("the bonus" if settings.entropy_source == "actor" else
                 "egpo/entropy_rollout_vs_actor/* (rollout and actor agreement)")

@@ -149,9 +149,9 @@ def update_mask_applied(batch: DataProto, selects_tokens: bool):
 
 UNCOMPUTED_ACTOR_ENTROPY = (
     "the actor's old-log-prob recompute returned 'entropys' that are 0 on every response token: this verl did not "
-    "compute them (egpo sets actor_rollout_ref.actor.calculate_entropy=true at start-up, the key verl 0.7.1 and 0.9.1 "
-    "gate entropy on; a verl that gates old-policy entropy on another key is not one egpo was tested with). Take the "
-    "entropy from the rollout engine instead: ++algorithm.entropy_source=rollout"
+    "compute them (verl 0.7.1 and 0.9.1 compute the old-policy entropy unconditionally, which egpo checks at start-up: "
+    "egpo.compat.verl_shapes; a verl that gates it on a key is not one egpo was tested with). Take the entropy from "
+    "the rollout engine instead: ++algorithm.entropy_source=rollout"
 )
 
 

@@ -1,0 +1,285 @@
+"""What egpo adds at the run's real scale, from the model's shape and the batch settings, before any GPU hour.
+
+The model's shape comes from its ``config.json`` where it can be read (a local folder, or the Hugging Face cache; no
+download), and otherwise from :data:`KNOWN_SHAPES` (the recipes' Qwen3 models). From it and the config:
+
+* **per GPU, the actor update**: egpo adds nothing. The update-time entropy (``actor.calculate_entropy``, or a
+  non-zero ``entropy_coeff``) is stated where the config turns it on: verl's chunked fp32 entropy saves two fp32
+  copies of the micro-batch's bf16 logits for the backward pass (``2 x tokens x vocab x 4`` bytes: each chunk's
+  upcast and softmax), its plain entropy one softmax in the logits' dtype (measured on the CPU by
+  ``tests/test_update_memory.py``); fused kernels never materialise them.
+* **per GPU, the old-policy recompute**: verl computes its entropy in every run; egpo's fp32 chunking holds one
+  chunk's two fp32 copies at a time.
+* **on the driver (host memory), per step**: the rollout's entropy (one fp32 per response token), the
+  rollout-vs-actor agreement (float64 copies of the valid tokens of both), the 80/20 rule's mask and threshold.
+* **on disk**: bytes per checkpoint (the fp32 model and Adam's two moments: 12 bytes a parameter, checked against a
+  real checkpoint of the demo model by ``tests/test_scale.py``) x the checkpoints kept x runs, against the free space
+  where they are written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from egpo.preflight.findings import Finding, error, fact, warning
+
+GB = 1e9
+# config.json of the recipes' models (huggingface.co/Qwen/Qwen3-*/config.json), for a machine that cannot read them
+KNOWN_SHAPES = {
+    "Qwen/Qwen3-1.7B": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                            num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "Qwen/Qwen3-4B": dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "Qwen/Qwen3-8B": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+}
+UPDATE_ENTROPY_WARNING = 8 * GB  # the update-time entropy's saved tensors above this per GPU: warned, with the fix
+DISK_WARNING_SHARE = 0.8  # checkpoints above this share of the free space: warned
+ADAM_BYTES = 8  # exp_avg and exp_avg_sq, fp32
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    source: str  # where the shape was read
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_dict(cls, source: str, fields: dict) -> "ModelShape":
+        heads = int(fields["num_attention_heads"])
+        head_dim = fields.get("head_dim") or int(fields["hidden_size"]) // heads
+        return cls(source, int(fields["vocab_size"]), int(fields["hidden_size"]), int(fields["intermediate_size"]),
+                   int(fields["num_hidden_layers"]), heads, int(fields.get("num_key_value_heads") or heads),
+                   int(head_dim), bool(fields.get("tie_word_embeddings", False)))
+
+    @property
+    def parameters(self) -> int:
+        """A Qwen3 (Llama-shaped, q/k norms, no biases) decoder's parameter count."""
+        h, heads, kv, d = self.hidden_size, self.num_attention_heads, self.num_key_value_heads, self.head_dim
+        attention = h * heads * d + 2 * h * kv * d + heads * d * h + 2 * d  # q, k, v, o; q_norm, k_norm
+        layer = attention + 3 * h * self.intermediate_size + 2 * h  # gate, up, down; two norms
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return embeddings + self.num_hidden_layers * layer + h  # final norm
+
+
+def model_shape(config) -> ModelShape | None:
+    """The policy's shape: its config.json (a local folder or the Hugging Face cache), else :data:`KNOWN_SHAPES`."""
+    path = str(config.actor_rollout_ref.model.path)
+    local = Path(path).expanduser() / "config.json"
+    candidates = [local] if local.is_file() else []
+    if not candidates:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+            if isinstance(cached, str):
+                candidates.append(Path(cached))
+        except Exception:  # noqa: BLE001 - not a repository id, or no hub library: fall back to the table
+            pass
+    for candidate in candidates:
+        fields = json.loads(candidate.read_text())
+        fields = fields.get("text_config", fields)
+        if "vocab_size" in fields and "hidden_size" in fields:
+            return ModelShape.from_dict(f"{candidate}", fields)
+    known = KNOWN_SHAPES.get(path.rstrip("/"))
+    return ModelShape.from_dict(f"egpo's table for {path}", known) if known else None
+
+
+def _select(config, key, default=None):
+    return OmegaConf.select(config, key, default=default, throw_on_missing=False)
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:,.1f} GB" if n >= 0.1 * GB else f"{n / 1e6:,.1f} MB"
+
+
+def sequence_length(config) -> int:
+    return int(config.data.max_prompt_length) + int(config.data.max_response_length)
+
+
+def update_tokens_per_gpu(config) -> int:
+    """The most tokens one actor-update micro-batch holds on one GPU."""
+    actor = config.actor_rollout_ref.actor
+    if actor.get("use_dynamic_bsz", False):
+        return int(actor.ppo_max_token_len_per_gpu)
+    return int(actor.get("ppo_micro_batch_size_per_gpu") or 1) * sequence_length(config)
+
+
+def recompute_tokens_per_gpu(config) -> int:
+    """The most tokens one old-log-prob micro-batch holds on one GPU."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.get("log_prob_use_dynamic_bsz", False):
+        return int(rollout.log_prob_max_token_len_per_gpu)
+    return int(rollout.get("log_prob_micro_batch_size_per_gpu") or 1) * sequence_length(config)
+
+
+def update_entropy_reason(config) -> str | None:
+    """Why this config computes the update-time entropy (None: it does not)."""
+    actor = config.actor_rollout_ref.actor
+    if actor.get("calculate_entropy", False):
+        return "actor_rollout_ref.actor.calculate_entropy=true"
+    if float(actor.get("entropy_coeff", 0) or 0) != 0:
+        return f"actor_rollout_ref.actor.entropy_coeff={actor.entropy_coeff} (an entropy bonus)"
+    return None
+
+
+def logits_dtype_bytes(config) -> int:
+    """Bytes per logit of the FSDP forward (``mixed_precision.param_dtype``; verl's default bf16)."""
+    dtype = str(_select(config, "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype", "bf16")).lower()
+    return DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
+
+
+def entropy_saved_bytes(config, tokens: int, vocab: int) -> int:
+    """Bytes verl's entropy of ``tokens`` logits saves for the backward pass on one GPU, beyond what the log
+    probabilities save already (the logits themselves): 0 with fused kernels."""
+    if _select(config, "actor_rollout_ref.model.use_fused_kernels", False):
+        return 0
+    actor = config.actor_rollout_ref.actor
+    if actor.get("strategy", "fsdp") == "megatron":
+        tp = int(_select(config, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1) or 1)
+        return 2 * tokens * math.ceil(vocab / tp) * 4  # the fp32 logits and softmax, a vocabulary shard each
+    dtype_bytes = logits_dtype_bytes(config)
+    chunked = actor.get("entropy_from_logits_with_chunking", False) and \
+        _select(config, "actor_rollout_ref.model.use_remove_padding", False)  # verl reads it only there
+    if chunked:  # each chunk's fp32 softmax, and its fp32 upcast where the logits are not fp32 already
+        return tokens * vocab * 4 * (1 if dtype_bytes == 4 else 2)
+    return tokens * vocab * dtype_bytes  # the softmax, in the logits' dtype
+
+
+def gpu_findings(config, shape: ModelShape) -> list[Finding]:
+    from egpo.settings import EgpoSettings
+    from egpo.trainer.actor_entropy import reads_actor_entropy
+
+    settings = EgpoSettings.from_algorithm(config.algorithm)
+    findings = []
+    tokens, vocab = update_tokens_per_gpu(config), shape.vocab_size
+    reason = update_entropy_reason(config)
+    if reason is None:
+        findings.append(fact("gpu", f"actor update ({tokens:,} tokens per GPU): egpo adds nothing (no update-time "
+                                    "entropy)"))
+    else:
+        saved = entropy_saved_bytes(config, tokens, vocab)
+        text = (f"actor update ({tokens:,} tokens per GPU): {reason} computes the update-time entropy, which saves "
+                f"{_gb(saved)} per GPU for the backward pass")
+        if saved >= UPDATE_ENTROPY_WARNING:
+            findings.append(warning("gpu", f"{text} (fp32 copies of the micro-batch's {tokens:,} x {vocab:,} logits, "
+                                           f"beside the model's activations and logits): likely out of memory; fused "
+                                           f"kernels never materialise them: {FUSED_FIX}"))
+        else:
+            findings.append(fact("gpu", text))
+    if settings.enabled and reads_actor_entropy(settings) and \
+            config.actor_rollout_ref.actor.get("entropy_from_logits_with_chunking", False) and \
+            not _select(config, "actor_rollout_ref.model.use_fused_kernels", False):
+        chunk = int(config.actor_rollout_ref.actor.get("entropy_from_logits_chunk_size", 2048) or 2048)
+        rows = min(chunk, recompute_tokens_per_gpu(config))
+        findings.append(fact("gpu", f"old-policy recompute ({recompute_tokens_per_gpu(config):,} tokens per GPU): "
+                                    "verl computes its entropy in every run; the fp32 chunks egpo reads hold "
+                                    f"{_gb(2 * rows * vocab * 4)} at a time (2 x {rows:,} rows x {vocab:,} x 4 B)"))
+    return findings
+
+
+def driver_findings(config) -> list[Finding]:
+    """Host memory egpo holds on the driver per step (transient; freed with the batch)."""
+    from egpo.settings import EgpoSettings
+
+    settings = EgpoSettings.from_algorithm(config.algorithm)
+    if not settings.enabled:
+        return []
+    cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
+        int(config.data.max_response_length)
+    parts = []
+    if settings.reads_rollout_entropy:
+        parts.append(("rollout entropy", cells * 4))
+        if not settings.bypass_mode:
+            parts.append(("rollout-vs-actor agreement", 2 * cells * 8))
+    if settings.selects_tokens:
+        parts.append(("80/20 selection", cells * (4 + 4 + 1)))  # mask, the valid entropies' copy, the kept flags
+    if not parts:
+        return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
+    total = sum(size for _, size in parts)
+    return [fact("driver", f"at most {_gb(total)} host memory per step over {cells:,} response tokens: " +
+                           ", ".join(f"{name} {_gb(size)}" for name, size in parts))]
+
+
+def checkpoint_bytes(config, shape: ModelShape) -> int:
+    """One checkpoint of the actor: the fp32 model (``model_dtype``) and Adam's two fp32 moments."""
+    contents = list(_select(config, "actor_rollout_ref.actor.checkpoint.save_contents", ["model", "optimizer", "extra"])
+                    or [])
+    dtype = str(_select(config, "actor_rollout_ref.actor.fsdp_config.model_dtype", "fp32") or "fp32").lower()
+    per_parameter = (DTYPE_BYTES.get(dtype, 4) if "model" in contents else 0) + \
+        (ADAM_BYTES if "optimizer" in contents else 0) + (2 if "hf_model" in contents else 0)
+    return shape.parameters * per_parameter
+
+
+def saves_per_run(config, steps: int | None) -> int | None:
+    freq = int(config.trainer.get("save_freq", -1) or -1)
+    if freq <= 0:
+        return 0
+    if steps is None:
+        return None
+    return steps // freq + (0 if steps % freq == 0 else 1)  # every freq-th step, and the last
+
+
+def free_bytes(where: Path) -> tuple[int, Path]:
+    """Free space of the disk ``where`` is (or will be) on: its nearest existing folder."""
+    where = Path(where).expanduser().resolve()
+    probe = where
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free, probe
+
+
+def disk_finding(per_checkpoint: int, kept: int, runs: int, where: Path, what: str) -> Finding:
+    total = per_checkpoint * kept * runs
+    free, probe = free_bytes(where)
+    text = (f"{what}: {_gb(per_checkpoint)} per checkpoint x {kept} kept" + (f" x {runs} runs" if runs > 1 else "") +
+            f" = {_gb(total)}; {_gb(free)} free on the disk of {probe}")
+    if total > free:
+        return error("disk", f"{text}: the run would fail at a save. Free space there, write elsewhere, or keep fewer "
+                             "checkpoints (trainer.max_actor_ckpt_to_keep; for an ablation --keep)")
+    if total > DISK_WARNING_SHARE * free:
+        return warning("disk", f"{text}: over {DISK_WARNING_SHARE:.0%} of it. Free space there or write elsewhere")
+    return fact("disk", text)
+
+
+def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Finding | None:
+    saves = saves_per_run(config, steps)
+    if saves == 0:
+        return None
+    keep = config.trainer.get("max_actor_ckpt_to_keep", None)
+    kept = saves if keep is None else (min(int(keep), saves) if saves is not None else int(keep))
+    if kept is None:
+        return fact("disk", f"{_gb(checkpoint_bytes(config, shape))} per checkpoint (every trainer.save_freq="
+                            f"{config.trainer.save_freq} steps; the run's length is unknown)")
+    return disk_finding(checkpoint_bytes(config, shape), kept, 1, Path(str(config.trainer.default_local_dir)),
+                        "checkpoints")
+
+
+def scale_findings(config, steps: int | None = None) -> list[Finding]:
+    """What egpo adds per GPU and on the driver, and the run's checkpoint footprint, for a prepared config."""
+    shape = model_shape(config)
+    if shape is None:
+        return [fact("scale", f"the shape of {config.actor_rollout_ref.model.path} is unknown (no readable "
+                              "config.json): per-GPU and checkpoint figures not computed")]
+    findings = [fact("scale", f"{shape.parameters / 1e9:,.2f}B parameters, vocabulary {shape.vocab_size:,} "
+                              f"({shape.source})")]
+    findings += gpu_findings(config, shape)
+    findings += driver_findings(config)
+    checkpoint = run_checkpoint_finding(config, shape, steps)
+    if checkpoint is not None:
+        findings.append(checkpoint)
+    return findings
