@@ -258,3 +258,28 @@ def test_a_reward_models_server_is_named_verls_own(demo, workdir, monkeypatch):
     assert [f.text for f in side_model_findings(cfg)] == [
         "the reward model's server (sglang) is verl's own: no entropy patches, log probs or egpo refusals (those are "
         "for the policy's rollout)"]
+
+
+def test_print_config_shows_the_config_egpo_starts(demo, workdir, monkeypatch, capsys):
+    """``--print-config``: after the findings, the prepared configuration as YAML: egpo's settings applied (the fp32
+    chunked entropy uncompiled, the think-token ids, egpo's manager), the update-time entropy left off."""
+    import yaml
+
+    from egpo.preflight.__main__ import main
+    from egpo.rollout.agent_loop import MANAGER_PATH
+
+    monkeypatch.chdir(workdir)
+    with pytest.raises(SystemExit) as exit_status:
+        main([f"--config-path={RECIPES}", "--config-name=qwen3_1.7b", "--print-config",
+              *overrides_for("qwen3_1.7b", demo)])
+    assert exit_status.value.code == 0
+    out = capsys.readouterr().out
+    head, _, body = out.partition("# the configuration python -m egpo.main would start, with egpo's settings applied\n")
+    assert "0 error(s)" in head and body
+    cfg = yaml.safe_load(body)
+    actor = cfg["actor_rollout_ref"]["actor"]
+    assert actor["calculate_entropy"] is False and actor["entropy_from_logits_with_chunking"] is True
+    assert actor["fsdp_config"]["use_torch_compile"] is False
+    assert cfg["algorithm"]["cot_start_token_id"] is not None
+    assert cfg["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_manager_class"] == MANAGER_PATH
+    assert cfg["data"]["train_files"] == str(workdir / "data" / "math_train.parquet")  # resolved as the run resolves it

@@ -34,18 +34,19 @@ def run_command(work: Path, config_path: str, config_name: str, arm: str, seed: 
     """The run's ``python -m egpo.main`` command: the arm's and the seed's overrides, the checkpointing that makes it
     resumable, then the ablation's overrides (``overrides``: the user's, after any the dispatch adds)."""
     args = [*ARMS[arm], *seed_overrides(seed), f"trainer.total_training_steps={steps}", "trainer.logger=[console,file]",
-            f"trainer.experiment_name={run_name(arm, seed)}", f"trainer.default_local_dir={_value(work / CHECKPOINTS)}",
+            f"trainer.experiment_name={run_name(arm, seed)}",
+            f"trainer.default_local_dir={override_value(work / CHECKPOINTS)}",
             f"trainer.save_freq={save_every}", "trainer.resume_mode=auto", f"trainer.max_actor_ckpt_to_keep={keep}",
-            f"trainer.max_critic_ckpt_to_keep={keep}", f"hydra.run.dir={_value(work / 'hydra')}",
+            f"trainer.max_critic_ckpt_to_keep={keep}", f"hydra.run.dir={override_value(work / 'hydra')}",
             # verl's file logger runs in a Ray worker: its path travels in the runtime env, which reaches the workers
             # of a Ray the run starts and of a cluster it joins alike
-            f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={_value(work / ATTEMPT_METRICS)}",
-            *([f"egpo_demo.out={_value(demo)}"] if demo else []), *overrides]
+            "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=" + override_value(work / ATTEMPT_METRICS),
+            *([f"egpo_demo.out={override_value(demo)}"] if demo else []), *overrides]
     return [python, "-m", "egpo.main", f"--config-path={Path(config_path).resolve()}",
             f"--config-name={config_name}", *args]
 
 
-def _value(path: Path) -> str:
+def override_value(path: Path) -> str:
     """A path as a Hydra override's value: quoted where Hydra would read its characters as syntax."""
     text = str(path)
     if re.fullmatch(r"[\w/.\-]+", text):

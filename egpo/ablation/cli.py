@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from egpo.ablation.arms import ARM_SETS, ARMS, DEFAULT_ARMS, expand_arms, run_name
-from egpo.ablation.attempt import run_command, write_run
-from egpo.run_state import DONE
+from egpo.ablation.attempt import override_value, run_command, write_run
+from egpo.run_state import CHECKPOINTS, DONE
 
 
 def default_save_every(steps: int) -> int:
@@ -18,17 +18,32 @@ def default_save_every(steps: int) -> int:
     return max(1, steps // 10)
 
 
-def preflight(args, demo: Path | None, dispatch: tuple[str, ...]) -> None:
-    """The preflight of every arm's config (its errors stop the ablation before the first run)."""
+def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> None:
+    """The preflight of every arm's config, then the checkpoints of every run not yet done against the free space of
+    ``--out`` (errors stop the ablation before the first run)."""
+    from egpo.preflight.__main__ import compose
     from egpo.preflight.__main__ import run as run_preflight
+    from egpo.preflight.scale import ablation_disk_finding
 
     for arm in args.arms:
         overrides = [*ARMS[arm], f"trainer.total_training_steps={args.steps}", "trainer.logger=[console,file]",
+                     f"trainer.save_freq={args.save_every or default_save_every(args.steps)}",
+                     f"trainer.max_actor_ckpt_to_keep={args.keep}",
+                     "trainer.default_local_dir=" + override_value(args.out / run_name(arm, args.seeds[0]) / CHECKPOINTS),
                      *([f"egpo_demo.out={demo}"] if demo else []), *dispatch, *args.overrides]
         status, lines = run_preflight(args.config_path, args.config_name, overrides)
         if status:
             raise SystemExit(f"[ablation] the preflight of arm {arm} found errors; nothing was started:\n" +
                              "\n".join(lines))
+    pending = sum(not (args.out / run_name(arm, seed) / DONE).exists() for seed in args.seeds for arm in args.arms)
+    if demo:
+        config = compose(args.config_path, args.config_name,
+                         [f"egpo_demo.out={override_value(demo)}", *args.overrides])
+    disk = ablation_disk_finding(config, pending, args.keep, args.out)
+    if disk is not None:
+        print(f"[ablation] {disk.line()}", flush=True)
+        if disk.level == "error":
+            raise SystemExit("[ablation] nothing was started: the checkpoints would not fit")
     print(f"[ablation] preflight passed for {len(args.arms)} arm(s)", flush=True)
 
 
@@ -110,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
         demo = build(args.out / "demo", seed=int(config.egpo_demo.get("seed", 0)),
                      warm=bool(config.egpo_demo.get("warm", False))).resolve()
-    preflight(args, demo, dispatch or ())
+    preflight(args, demo, dispatch or (), config)
     python = args.job_python if client else sys.executable
     runs = []
     for seed in args.seeds:

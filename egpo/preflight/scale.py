@@ -12,8 +12,9 @@ download), and otherwise from :data:`KNOWN_SHAPES` (the recipes' Qwen3 models). 
   chunk's two fp32 copies at a time.
 * **on the driver (host memory), per step**: the rollout's entropy (one fp32 per response token), the
   rollout-vs-actor agreement (float64 copies of the valid tokens of both), the 80/20 rule's mask and threshold.
-* **on disk**: bytes per checkpoint (the fp32 model and Adam's two moments: 12 bytes a parameter, checked against a
-  real checkpoint of the demo model by ``tests/test_scale.py``) x the checkpoints kept x runs, against the free space
+* **on disk**: bytes per checkpoint (the fp32 model and Adam's two moments: 12 bytes a parameter, and the tied
+  embedding's second copy in the state dict; checked against a real checkpoint of the demo model by
+  ``tests/test_scale.py``) x the checkpoints kept x runs, against the free space
   where they are written.
 """
 
@@ -187,8 +188,9 @@ def gpu_findings(config, shape: ModelShape) -> list[Finding]:
         chunk = int(config.actor_rollout_ref.actor.get("entropy_from_logits_chunk_size", 2048) or 2048)
         rows = min(chunk, recompute_tokens_per_gpu(config))
         findings.append(fact("gpu", f"old-policy recompute ({recompute_tokens_per_gpu(config):,} tokens per GPU): "
-                                    "verl computes its entropy in every run; the fp32 chunks egpo reads hold "
-                                    f"{_gb(2 * rows * vocab * 4)} at a time (2 x {rows:,} rows x {vocab:,} x 4 B)"))
+                                    "verl computes its entropy in every run, egpo has it in fp32 chunks of "
+                                    f"{rows:,} rows x {vocab:,} x 4 B = {_gb(rows * vocab * 4)}, a few alive at a "
+                                    "time (no gradient)"))
     return findings
 
 
@@ -216,13 +218,15 @@ def driver_findings(config) -> list[Finding]:
 
 
 def checkpoint_bytes(config, shape: ModelShape) -> int:
-    """One checkpoint of the actor: the fp32 model (``model_dtype``) and Adam's two fp32 moments."""
+    """One checkpoint of the actor: the model's state dict in ``model_dtype`` (fp32; a tied embedding is in it twice,
+    as the input embedding and as the output head) and Adam's two fp32 moments per parameter."""
     contents = list(_select(config, "actor_rollout_ref.actor.checkpoint.save_contents", ["model", "optimizer", "extra"])
                     or [])
     dtype = str(_select(config, "actor_rollout_ref.actor.fsdp_config.model_dtype", "fp32") or "fp32").lower()
-    per_parameter = (DTYPE_BYTES.get(dtype, 4) if "model" in contents else 0) + \
-        (ADAM_BYTES if "optimizer" in contents else 0) + (2 if "hf_model" in contents else 0)
-    return shape.parameters * per_parameter
+    state_dict = shape.parameters + (shape.vocab_size * shape.hidden_size if shape.tie_word_embeddings else 0)
+    return (state_dict * DTYPE_BYTES.get(dtype, 4) if "model" in contents else 0) + \
+        (shape.parameters * ADAM_BYTES if "optimizer" in contents else 0) + \
+        (state_dict * 2 if "hf_model" in contents else 0)
 
 
 def saves_per_run(config, steps: int | None) -> int | None:
@@ -243,17 +247,20 @@ def free_bytes(where: Path) -> tuple[int, Path]:
     return shutil.disk_usage(probe).free, probe
 
 
-def disk_finding(per_checkpoint: int, kept: int, runs: int, where: Path, what: str) -> Finding:
+def disk_finding(per_checkpoint: int, kept: int, runs: int, where: Path, what: str, fewer) -> Finding:
+    """``fewer(k)``: the override that keeps ``k`` checkpoints (None where ``k`` is too few to offer)."""
     total = per_checkpoint * kept * runs
     free, probe = free_bytes(where)
     text = (f"{what}: {_gb(per_checkpoint)} per checkpoint x {kept} kept" + (f" x {runs} runs" if runs > 1 else "") +
             f" = {_gb(total)}; {_gb(free)} free on the disk of {probe}")
+    if total <= DISK_WARNING_SHARE * free:
+        return fact("disk", text)
+    fits = int(free // max(1, per_checkpoint * runs))
+    fix = fewer(min(fits, kept - 1)) if fits >= 1 else None
+    fixes = "free space there, or write to a disk with " + _gb(total) + " free" + (f", or keep fewer: {fix}" if fix else "")
     if total > free:
-        return error("disk", f"{text}: the run would fail at a save. Free space there, write elsewhere, or keep fewer "
-                             "checkpoints (trainer.max_actor_ckpt_to_keep; for an ablation --keep)")
-    if total > DISK_WARNING_SHARE * free:
-        return warning("disk", f"{text}: over {DISK_WARNING_SHARE:.0%} of it. Free space there or write elsewhere")
-    return fact("disk", text)
+        return error("disk", f"{text}: a run would fail at a save. Fix: {fixes}")
+    return warning("disk", f"{text}: over {DISK_WARNING_SHARE:.0%} of it, with nothing else written there. Fix: {fixes}")
 
 
 def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Finding | None:
@@ -266,7 +273,18 @@ def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Find
         return fact("disk", f"{_gb(checkpoint_bytes(config, shape))} per checkpoint (every trainer.save_freq="
                             f"{config.trainer.save_freq} steps; the run's length is unknown)")
     return disk_finding(checkpoint_bytes(config, shape), kept, 1, Path(str(config.trainer.default_local_dir)),
-                        "checkpoints")
+                        "checkpoints", lambda k: f"trainer.max_actor_ckpt_to_keep={k}" if k >= 1 else None)
+
+
+def ablation_disk_finding(config, runs: int, keep: int, out: Path) -> Finding | None:
+    """An ablation's checkpoints at their peak: ``keep`` per run plus the one a resumed attempt starts from, for
+    every run, against the free space of ``--out`` (None: the model's shape is unknown)."""
+    shape = model_shape(config)
+    if shape is None or runs == 0:
+        return None
+    return disk_finding(checkpoint_bytes(config, shape), keep + 1, runs, out,
+                        f"the ablation's checkpoints at their peak (--keep {keep}, plus the one a resumed attempt "
+                        "starts from)", lambda k: f"--keep {k - 1}" if k - 1 >= 2 else None)
 
 
 def scale_findings(config, steps: int | None = None) -> list[Finding]:

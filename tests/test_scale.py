@@ -1,0 +1,162 @@
+"""The preflight's scale model (egpo.preflight.scale), each figure against an independent reference: the parameter
+count against transformers' own Qwen3 (built on the meta device), the checkpoint bytes against a real checkpoint of
+the demo model written by verl, the disk findings against hand arithmetic, and the figures docs/gpu.md quotes against
+what the preflight prints for the three qwen3 recipes."""
+
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from test_recipes import RECIPES
+
+from egpo.preflight import scale
+from egpo.preflight.scale import KNOWN_SHAPES, ModelShape, ablation_disk_finding, checkpoint_bytes, model_shape
+
+QWEN3 = ("qwen3_1.7b", "qwen3_4b", "qwen3_8b")
+GPU_DOC = Path(__file__).resolve().parent.parent / "docs" / "gpu.md"
+Usage = namedtuple("Usage", "total used free")
+
+
+def recipe(name: str, *overrides: str):
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+def transformers_parameters(fields: dict) -> int:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(**fields))
+    return sum(p.numel() for p in model.parameters())  # tied weights are one parameter
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_SHAPES))
+def test_parameter_count_is_transformers_own(name):
+    shape = ModelShape.from_dict(name, KNOWN_SHAPES[name])
+    assert shape.parameters == transformers_parameters(KNOWN_SHAPES[name])
+
+
+def test_the_recipes_models_are_read_from_egpos_table_and_a_local_model_from_its_config(demo):
+    cfg = recipe("qwen3_4b")
+    shape = model_shape(cfg)
+    assert shape.source == "egpo's table for Qwen/Qwen3-4B" and shape.vocab_size == 151_936
+    cfg = recipe("qwen3_4b", f"actor_rollout_ref.model.path={demo / 'model'}")
+    shape = model_shape(cfg)
+    assert shape.source == str(demo / "model" / "config.json")
+    import json
+
+    assert shape.parameters == transformers_parameters(
+        {k: v for k, v in json.loads((demo / "model" / "config.json").read_text()).items()
+         if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "head_dim", "tie_word_embeddings")})
+    assert model_shape(recipe("qwen3_4b", "actor_rollout_ref.model.path=someone/unknown-model")) is None
+
+
+def test_the_checkpoint_estimate_is_a_real_checkpoints_size(uninterrupted_run, demo):
+    """A checkpoint verl wrote for the demo model (the CPU smoke recipe, 3 steps): its model and optimizer shards
+    hold exactly the estimate's tensors, the fp32 model and Adam's two moments (12 bytes a parameter; the demo's tied
+    embedding is in the model's state dict twice); the files add only pickling's fixed overhead (tens of KB here,
+    nothing at a real model's size)."""
+    import torch
+
+    checkpoints = sorted((uninterrupted_run / "checkpoints").glob("global_step_*"))
+    shards = [p for p in (checkpoints[-1] / "actor").glob("*.pt") if p.name.startswith(("model_", "optim_"))]
+    assert {p.name.split("_")[0] for p in shards} == {"model", "optim"}
+    tensor_bytes = 0
+    for shard in shards:
+        state = torch.load(shard, weights_only=False, map_location="cpu")
+        stack = [state]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+            elif hasattr(item, "to_local"):
+                stack.append(item.to_local())
+            elif isinstance(item, torch.Tensor) and item.dim() > 0:  # Adam's step counts are 0-d
+                tensor_bytes += item.numel() * item.element_size()
+    cfg = recipe("cpu_smoke", f"egpo_demo.out={demo}")
+    estimate = checkpoint_bytes(cfg, model_shape(cfg))
+    shape = model_shape(cfg)
+    assert shape.tie_word_embeddings
+    assert estimate == 12 * shape.parameters + 4 * shape.vocab_size * shape.hidden_size == tensor_bytes
+    on_disk = sum(p.stat().st_size for p in shards)
+    assert estimate <= on_disk < estimate + 100_000, (on_disk, estimate)
+
+
+def free_disk(monkeypatch, gb: float):
+    monkeypatch.setattr(scale.shutil, "disk_usage", lambda path: Usage(10 * gb * 1e9, 0, int(gb * 1e9)))
+
+
+def test_an_ablation_that_cannot_hold_its_checkpoints_is_refused(monkeypatch, tmp_path):
+    """qwen3_8b, 4 arms x 3 seeds, --keep 2 on a disk with 100 GB free: 98 GB a checkpoint x 3 at the peak x 12."""
+    free_disk(monkeypatch, 100)
+    cfg = recipe("qwen3_8b")
+    per = checkpoint_bytes(cfg, model_shape(cfg))
+    assert per == 12 * 8_190_735_360  # Qwen3-8B's embedding is not tied
+    finding = ablation_disk_finding(cfg, 12, 2, tmp_path)
+    assert finding.level == "error"
+    assert f"{per / 1e9:,.1f} GB per checkpoint x 3 kept x 12 runs = {per * 36 / 1e9:,.1f} GB" in finding.text
+    assert "keep fewer" not in finding.text  # --keep 2 is the fewest a run may keep: no such fix is offered
+    free_disk(monkeypatch, 10_000)
+    assert ablation_disk_finding(cfg, 12, 2, tmp_path).level == "fact"
+    free_disk(monkeypatch, per * 12 * 3.5 / 1e9)  # room for 3 per run, not --keep 4's 5
+    finding = ablation_disk_finding(cfg, 12, 4, tmp_path)
+    fix = re.search(r"keep fewer: (--keep \d+)", finding.text).group(1)
+    assert fix == "--keep 2" and ablation_disk_finding(cfg, 12, 2, tmp_path).level != "error"
+
+
+def test_a_runs_disk_fix_works_when_applied(monkeypatch, tmp_path):
+    """qwen3_4b keeps every checkpoint (verl's default): 200 steps / save_freq 50 = 4 of 48 GB. On 150 GB free the
+    preflight refuses it and offers a max_actor_ckpt_to_keep that fits."""
+    free_disk(monkeypatch, 150)
+    out = f"trainer.default_local_dir={tmp_path}"
+    finding = scale.run_checkpoint_finding(recipe("qwen3_4b", out), model_shape(recipe("qwen3_4b")), 200)
+    assert finding.level == "error" and "x 4 kept" in finding.text
+    fix = re.search(r"keep fewer: (\S+)", finding.text).group(1)
+    assert fix == "trainer.max_actor_ckpt_to_keep=3"
+    fixed = recipe("qwen3_4b", out, fix)
+    assert scale.run_checkpoint_finding(fixed, model_shape(fixed), 200).level != "error"
+
+
+def test_the_update_entropy_warning_and_its_fix(monkeypatch):
+    """An entropy bonus on qwen3_4b: 2 x 34,816 tokens x 151,936 x 4 B = 42.3 GB saved per GPU, warned; the fix
+    offered (fused kernels) leaves nothing of it."""
+    cfg = recipe("qwen3_4b", "actor_rollout_ref.actor.entropy_coeff=0.001")
+    (update,) = [f for f in scale.gpu_findings(cfg, model_shape(cfg)) if "actor update" in f.text]
+    assert update.level == "warning" and f"{2 * 34_816 * 151_936 * 4 / 1e9:,.1f} GB per GPU" in update.text
+    fix = update.text.rsplit(": ", 1)[1]
+    fixed = recipe("qwen3_4b", "actor_rollout_ref.actor.entropy_coeff=0.001", fix)
+    (update,) = [f for f in scale.gpu_findings(fixed, model_shape(fixed)) if "actor update" in f.text]
+    assert update.level == "fact" and "saves 0.0 MB" in update.text
+    plain = recipe("qwen3_4b")
+    (update,) = [f for f in scale.gpu_findings(plain, model_shape(plain)) if "actor update" in f.text]
+    assert update.level == "fact" and "egpo adds nothing" in update.text
+
+
+DOC_BLOCKS = [(name, ()) for name in QWEN3] + [
+    ("qwen3_4b", ("algorithm.entropy_source=rollout", "algorithm.egpo_token_selection=top_entropy")),
+    ("qwen3_4b", ("actor_rollout_ref.actor.entropy_coeff=0.001",)),
+]
+
+
+def doc_lines(name: str, overrides, monkeypatch) -> list[str]:
+    """The scale lines the preflight prints for a recipe, with 2 TB free on /data (as docs/gpu.md shows them)."""
+    monkeypatch.setattr(scale, "free_bytes", lambda where: (2_000 * 10**9, Path("/data")))
+    return [f.line().rstrip() for f in scale.scale_findings(recipe(name, *overrides), 200)]
+
+
+@pytest.mark.parametrize("name, overrides", DOC_BLOCKS)
+def test_docs_gpu_shows_what_the_preflight_prints(name, overrides, monkeypatch):
+    doc = GPU_DOC.read_text()
+    header = " ".join((name, *overrides))
+    block = re.search(rf"```text\n# {re.escape(header)}\n(.*?)```", doc, re.S)
+    assert block, f"docs/gpu.md has no ```text block starting '# {header}'"
+    assert [line.rstrip() for line in block.group(1).splitlines()] == doc_lines(name, overrides, monkeypatch)
