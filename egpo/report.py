@@ -394,11 +394,6 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     adjusted = holm_by_metric(found_by_metric)
     if compared:
         lines += significance_summary(found_by_metric, adjusted, baseline)
-    selecting = sorted(arm for arm, seeds in runs.items()
-                       if any("egpo/token_selection/kept_frac" in m for series in seeds.values() for m in series.values()))
-    if selecting and "actor/entropy" in titles:
-        lines += [f"`actor/entropy` of {', '.join(selecting)} is verl's, over the tokens the 80/20 rule kept (the "
-                  "batch's highest-entropy ones); compare arms on egpo's entropies over every token instead.", ""]
     for metric in present:
         title = titles[metric]
         lines += [f"## {title} (`{metric}`)", ""]
