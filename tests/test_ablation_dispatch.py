@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -72,6 +73,21 @@ class ScriptedJobs:
         return Info("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
                     "chars):\nnoise")
 
+    def list_jobs(self):
+        """Ray's JobDetails of every job: its state now (without taking a look's step) and the metadata it was
+        submitted with (none for a job submitted outside egpo)."""
+        details = []
+        for sid, job in self.jobs.items():
+            work = job["work"]
+            metadata = {"egpo_ablation": str(work.parent), "egpo_run": work.name} if work is not None else {}
+            details.append(JobDetails(sid, job["states"][0], metadata))
+        return details
+
+
+class JobDetails:
+    def __init__(self, submission_id, status, metadata):
+        self.submission_id, self.status, self.metadata = submission_id, status, metadata
+
 
 def runs(tmp_path, names):
     works = []
@@ -83,8 +99,9 @@ def runs(tmp_path, names):
     return works
 
 
-def dispatch(client, max_parallel=2, retries=1):
-    return JobDispatch(client, ADDRESS, max_parallel, retries, {"env_vars": {}}, "/venv/bin/python", poll=0)
+def dispatch(client, max_parallel=2, retries=1, address=ADDRESS, capacity=None):
+    return JobDispatch(client, address, max_parallel, retries, {"env_vars": {}}, "/venv/bin/python", poll=0,
+                       capacity=capacity)
 
 
 def test_at_most_max_parallel_jobs_at_once_and_every_run_to_its_end(tmp_path, capsys):
@@ -109,7 +126,7 @@ def test_a_failed_job_is_resubmitted_up_to_retries_with_its_log_tail(tmp_path, c
     out = capsys.readouterr().out
     assert "a__seed0: FAILED (job egpo-a__seed0-" in out and "; Job entrypoint command failed with exit code 1)" in out
     assert "noise" not in out  # Ray's copy of the job's logs: the run's log's tail is printed instead
-    assert "resubmitting from its last checkpoint; the end of a__seed0/log.txt:\n" in out
+    assert "resubmitting from its last checkpoint in 0 s; the end of a__seed0/log.txt:\n" in out
     assert "Traceback: the last line of b__seed0" in out
 
 
@@ -296,3 +313,116 @@ def test_a_job_ray_refuses_stops_the_dispatch_and_leaves_the_submitted_ones_runn
     with pytest.raises(SystemExit, match=r"b__seed0: Ray refused the job \(RuntimeError: runtime_env: pip package"):
         dispatch(client).run(runs(tmp_path, ["a__seed0", "b__seed0"]))
     assert client.submitted == ["a__seed0"] and client.stopped == []  # a rerun waits for it (adoption)
+
+
+# --- on a shared or failing cluster (review N4, N6, N7, N9) ---------------------------------------------------------
+
+
+def test_a_live_job_is_adopted_whatever_the_address_was_spelled(tmp_path):
+    """An earlier invocation submitted both runs with the dashboard spelled http://10.0.0.1:8265; this one says
+    http://head:8265/. Both jobs are found by their metadata and waited for, never submitted again: one run's
+    job.json names it, the other's was never written (the earlier invocation died during its submission)."""
+    works = runs(tmp_path, ["a__seed0", "b__seed0"])
+    client = ScriptedJobs({})
+    for work, sid in zip(works, ("earlier-a", "earlier-b")):
+        client.jobs[sid] = {"states": ["RUNNING", "SUCCEEDED"], "work": work}
+    (works[0] / JOB).write_text(json.dumps({"address": "http://10.0.0.1:8265", "submission_id": "earlier-a"}))
+    assert dispatch(client, address="http://head:8265/").run(works) == []
+    assert client.submitted == [] and all((w / DONE).exists() for w in works)
+
+
+def test_the_job_id_is_recorded_before_the_job_is_submitted(tmp_path):
+    class Recording(ScriptedJobs):
+        def submit_job(self, entrypoint, submission_id, runtime_env, metadata):
+            work = Path(entrypoint.split()[-1])
+            self.recorded = json.loads((work / JOB).read_text())["submission_id"]
+            return super().submit_job(entrypoint, submission_id, runtime_env, metadata)
+
+    client = Recording({"a__seed0": [["SUCCEEDED"]]})
+    dispatch(client).run(runs(tmp_path, ["a__seed0"]))
+    assert client.recorded in client.jobs  # the id job.json held before submit_job is the job's
+
+
+def test_never_more_jobs_than_the_cluster_holds_and_a_lost_node_lowers_it(tmp_path, capsys):
+    """Two 8-GPU nodes and --max-parallel 3: at most 2 jobs at once; then a node is lost and at most 1."""
+    names = [f"r{i}__seed0" for i in range(5)]
+    client = ScriptedJobs({n: [["RUNNING", "RUNNING", "SUCCEEDED"]] for n in names})
+    held = iter([2, 2, 2] + [1] * 100)
+    assert dispatch(client, max_parallel=3, capacity=lambda: next(held)).run(runs(tmp_path, names)) == []
+    assert client.most_running == 2
+    assert "the cluster now holds 1 run(s) at once (was 2)" in capsys.readouterr().out
+    # after the loss: one job at a time (the live count never exceeded 1 once capacity said 1)
+
+
+def test_a_job_verl_refused_for_lack_of_gpus_is_queued_again_without_spending_a_retry(tmp_path, capsys):
+    works = runs(tmp_path, ["a__seed0"])
+    (works[0] / "log.txt").write_text("ValueError: Total available GPUs 0 is less than total desired GPUs 8\n")
+    client = ScriptedJobs({"a__seed0": [["RUNNING", "FAILED"], ["RUNNING", "FAILED"], ["RUNNING", "SUCCEEDED"]]})
+    assert dispatch(client, retries=0).run(works) == []
+    assert client.submitted == ["a__seed0"] * 3
+    assert capsys.readouterr().out.count("too few free GPUs for it") == 2
+
+
+def test_repeated_fast_failures_stop_the_dispatch_naming_the_host(tmp_path):
+    """Every job fails after one look without logging a step (a bad node): 6 runs x 2 attempts would be 12 failed
+    submissions; the dispatch stops after 3 in a row, names the host, and leaves the rest to a rerun."""
+    names = [f"r{i}__seed0" for i in range(6)]
+    works = runs(tmp_path, names)
+    for work in works:
+        (work / FAILED).write_text(json.dumps({"returncode": 1, "host": "gpu-node-7"}))
+    client = ScriptedJobs({n: [["RUNNING", "FAILED"]] * 2 for n in names})
+    with pytest.raises(SystemExit, match=r"3 attempts in a row failed before logging a step .* on gpu-node-7") as err:
+        dispatch(client, max_parallel=1, retries=1).run(works)
+    assert len(client.submitted) == 3 and "run(s) not started" in str(err.value)
+
+
+def test_a_failure_after_progress_is_no_fast_failure(tmp_path):
+    """Runs that log steps before failing are resubmitted as before: the dispatch does not stop."""
+    names = [f"r{i}__seed0" for i in range(4)]
+    works = runs(tmp_path, names)
+
+    class Progressing(ScriptedJobs):
+        def get_job_status(self, sid):
+            work = self.jobs[sid]["work"]
+            if work is not None:
+                path = work / ATTEMPT_METRICS
+                step = len(read_steps(path)) + 1
+                with path.open("a") as f:
+                    f.write(json.dumps({"step": step, "data": {}}) + "\n")
+            return super().get_job_status(sid)
+
+    client = Progressing({n: [["RUNNING", "FAILED"], ["RUNNING", "SUCCEEDED"]] for n in names})
+    assert dispatch(client, max_parallel=1, retries=1).run(works) == []
+    assert len(client.submitted) == 8
+
+
+def test_ray_asking_to_try_again_later_is_retried(tmp_path, capsys):
+    """Right after `ray start` the job agent may not be up: Ray answers "try again later", which is retried."""
+    class NotYet(ScriptedJobs):
+        refusals = 2
+
+        def submit_job(self, entrypoint, submission_id, runtime_env, metadata):
+            if self.refusals:
+                self.refusals -= 1
+                raise RuntimeError("No available agent to submit job, please try again later.")
+            return super().submit_job(entrypoint, submission_id, runtime_env, metadata)
+
+    client = NotYet({"a__seed0": [["RUNNING", "SUCCEEDED"]]})
+    assert dispatch(client).run(runs(tmp_path, ["a__seed0"])) == []
+    assert client.submitted == ["a__seed0"] and capsys.readouterr().out.count("Ray asks to try again later") == 2
+
+
+def test_a_stalled_attempt_is_stopped_and_recorded(tmp_path):
+    """The training logs its steps, then hangs (a collective waiting on a dead peer): with a stall timeout of 3 s the
+    attempt ends within seconds as stalled, its training killed, and the run is failed (to be resumed)."""
+    work = attempt_run(tmp_path, "sleep")
+    spec = json.loads((work / "run.json").read_text())
+    (work / "run.json").write_text(json.dumps({**spec, "stall_timeout": 3}))
+    start = time.time()
+    proc = entrypoint(work)
+    out, _ = proc.communicate(timeout=120)
+    assert time.time() - start < 30 and proc.returncode == 1, out
+    failed = json.loads((work / FAILED).read_text())
+    assert failed["ended"].startswith("stalled: no step logged for") and failed["returncode"] == -signal.SIGKILL
+    assert failed["host"] == socket.gethostname()
+    assert "stalled: no step logged" in (work / "log.txt").read_text()

@@ -54,12 +54,14 @@ def override_value(path: Path) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], keep: int, timeout: int) -> None:
+def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], keep: int, timeout: int,
+              stall_timeout: int = 0) -> None:
     """``run.json``: what an attempt runs, where (the ablation's working directory, so relative paths mean the same
-    in every run as on its command line) and for how long."""
+    in every run as on its command line), for how long, and how long without a step before it counts as stalled."""
     work.mkdir(parents=True, exist_ok=True)
     (work / RUN).write_text(json.dumps({"arm": arm, "seed": seed, "steps": steps, "command": command,
-                                        "cwd": os.getcwd(), "keep": keep, "timeout": timeout}, indent=1))
+                                        "cwd": os.getcwd(), "keep": keep, "timeout": timeout,
+                                        "stall_timeout": stall_timeout}, indent=1))
 
 
 NO_REVALIDATION = "trainer.val_before_train=false"
@@ -81,47 +83,103 @@ class Stopped(Exception):
     """The attempt was told to stop (SIGTERM: Ray stopping its job)."""
 
 
-def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
-    """One attempt, from the run's last checkpoint; returns ``{"returncode", "seconds", "resumed_from"}``.
+class Ended(Exception):
+    """The attempt was ended by its watch: its timeout, or no step logged for too long."""
 
-    ``own_session``: the training gets a process session of its own, and stopping the attempt (its timeout, Ctrl-C)
-    kills that session, with every process the training started (a local Ray's among them). A Ray job's entrypoint
-    leaves the training in the job's own session, which Ray signals when it stops the job. ``echo``: the training's
-    output goes to this process's stdout as well as to the run's log (a Ray job's log).
+
+STALL_FACTOR = 5  # a run is stalled after this many times its slowest step (at least spec["stall_timeout"])
+
+
+class Watch:
+    """When an attempt must end although its training runs on: after ``timeout`` seconds in all, or when no step was
+    logged for ``max(stall_timeout, STALL_FACTOR x its slowest step so far)`` (twice that before its first step,
+    which loads the model and warms up). A step is seen as the attempt's metrics file growing."""
+
+    def __init__(self, metrics: Path, timeout: float | None, stall_timeout: float | None):
+        self.metrics, self.timeout, self.stall_timeout = metrics, timeout, stall_timeout
+        self.start = self.last = time.time()
+        self.size, self.slowest, self.steps = 0, 0.0, 0
+
+    def check(self) -> str | None:
+        """Why the attempt must end now (None: it goes on)."""
+        now = time.time()
+        size = self.metrics.stat().st_size if self.metrics.exists() else 0
+        if size > self.size:
+            if self.steps:
+                self.slowest = max(self.slowest, now - self.last)
+            self.size, self.last, self.steps = size, now, self.steps + 1
+        if self.timeout and now - self.start > self.timeout:
+            return f"stopped after its timeout of {self.timeout:g} s"
+        if self.stall_timeout:
+            allowed = max(self.stall_timeout, STALL_FACTOR * self.slowest) * (1 if self.steps else 2)
+            if now - self.last > allowed:
+                what = f"no step logged for {now - self.last:.0f} s" + (
+                    f" (its slowest step took {self.slowest:.0f} s)" if self.slowest else " (none yet)")
+                return f"stalled: {what}; stopped, to be resumed from its last checkpoint"
+        return None
+
+
+def wait(proc: subprocess.Popen, watch: Watch, every: float = 1.0) -> int:
+    """The training's exit status, or :class:`Ended` where the watch ends it first."""
+    while True:
+        try:
+            return proc.wait(timeout=every)
+        except subprocess.TimeoutExpired:
+            reason = watch.check()
+            if reason:
+                raise Ended(reason) from None
+
+
+def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
+    """One attempt, from the run's last checkpoint; returns ``{"returncode", "seconds", "resumed_from", "host"}``
+    (and ``"ended"``: why its watch stopped it, where it did).
+
+    ``own_session``: the training gets a process session of its own, and stopping the attempt (its timeout, a stall,
+    Ctrl-C) kills that session, with every process the training started (a local Ray's among them). A Ray job's
+    entrypoint leaves the training in the job's own session, which Ray signals when it stops the job. ``echo``: the
+    training's output goes to this process's stdout as well as to the run's log (a Ray job's log).
     """
     spec = json.loads((work / RUN).read_text())
     cwd = Path(spec["cwd"])
     if not cwd.is_dir():
         raise SystemExit(f"[ablation] {cwd}, the directory the ablation was started in, is not on "
                          f"{socket.gethostname()}: start the ablation from storage every node mounts at the same path")
-    resume, _ = begin_attempt(work)  # the attempt's metrics file is named in its command (run_command)
+    resume, metrics = begin_attempt(work)  # the attempt's metrics file is named in its command (run_command)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    start = time.time()
+    start, host = time.time(), socket.gethostname()
+
+    def result(returncode: int, **extra) -> dict:
+        return {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume,
+                "host": host, **extra}
+
     with open(work / LOG, "a") as log:
-        log.write(f"[ablation] attempt from step {resume} on {socket.gethostname()}\n")
+        log.write(f"[ablation] attempt from step {resume} on {host}\n")
         log.flush()
-        proc = subprocess.Popen(attempt_command(spec["command"], resume), cwd=cwd, stdout=subprocess.PIPE if echo else log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=own_session)
+        proc = subprocess.Popen(attempt_command(spec["command"], resume), cwd=cwd,
+                                stdout=subprocess.PIPE if echo else log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=own_session)
         record_attempt(work, proc.pid, resume)
         pump = _echo(proc, log) if echo else None
+        watch = Watch(metrics, spec.get("timeout") or None, spec.get("stall_timeout") or None)
         try:
-            returncode = proc.wait(timeout=spec.get("timeout") or None)
-        except BaseException as err:  # a timeout, Ctrl-C, the job stopped: the training stops with the attempt
+            returncode = wait(proc, watch)
+        except BaseException as err:  # the watch, Ctrl-C, the job stopped: the training stops with the attempt
             _stop(proc, own_session)
-            returncode = -signal.SIGKILL if isinstance(err, subprocess.TimeoutExpired) else -signal.SIGTERM
+            returncode = -signal.SIGKILL if isinstance(err, Ended) else -signal.SIGTERM
             if pump is not None:
                 pump.join(timeout=10)
-            end_attempt(work, {"returncode": returncode, "seconds": round(time.time() - start, 1),
-                               "resumed_from": resume}, spec["keep"])
-            if isinstance(err, subprocess.TimeoutExpired):
-                log.write(f"[ablation] attempt stopped after its timeout of {spec['timeout']} s\n")
-                return {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume}
+            if isinstance(err, Ended):
+                log.write(f"[ablation] attempt {err}\n")
+                ended = result(returncode, ended=str(err))
+                end_attempt(work, ended, spec["keep"])
+                return ended
+            end_attempt(work, result(returncode), spec["keep"])
             raise
         if pump is not None:
             pump.join(timeout=30)  # a process the training left behind may hold its output open
-    result = {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume}
-    end_attempt(work, result, spec["keep"])
-    return result
+    done = result(returncode)
+    end_attempt(work, done, spec["keep"])
+    return done
 
 
 def _echo(proc: subprocess.Popen, log) -> threading.Thread:

@@ -60,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--timeout", type=int, default=0, help="seconds per attempt of a run (default: none)")
+    parser.add_argument("--stall-timeout", type=int, default=1800,
+                        help="an attempt with no step logged for this long, or 5x its slowest step if longer (twice "
+                             "that before its first step), is stopped as stalled and resumed (0: never)")
     parser.add_argument("--save-every", type=int, default=0,
                         help="checkpoint every N steps (default: a tenth of --steps, at least 1)")
     parser.add_argument("--keep", type=int, default=2, help="checkpoints kept per run (the last ones; at least 2)")
@@ -135,20 +138,24 @@ def main(argv: list[str] | None = None) -> None:
                 command = run_command(work, args.config_path, args.config_name, arm, seed, args.steps,
                                       [*(dispatch or ()), *args.overrides], demo,
                                       args.save_every or default_save_every(args.steps), args.keep, python)
-                write_run(work, arm, seed, args.steps, command, args.keep, args.timeout)
+                write_run(work, arm, seed, args.steps, command, args.keep, args.timeout, args.stall_timeout)
             runs.append(work)
     if client is None:
         from egpo.ablation.local import run_locally
 
         failed = run_locally(runs, args.retries)
     else:
-        from egpo.ablation.cluster import JobDispatch, default_max_parallel, runtime_env
+        from egpo.ablation.cluster import JobDispatch, default_max_parallel, live_capacity, runtime_env
 
-        parallel = args.max_parallel or default_max_parallel(args.ray_address, config)
+        held = default_max_parallel(args.ray_address, config)
+        parallel = min(args.max_parallel or held, held)
+        if args.max_parallel > held:
+            print(f"[ablation] --max-parallel {args.max_parallel}, but the cluster's nodes hold {held} run(s) at once: "
+                  f"at most {held} (more would wait in verl's placement or fail its GPU check)", flush=True)
         print(f"[ablation] {len(runs)} run(s) as Ray jobs on {args.ray_address}, at most {parallel} at once",
               flush=True)
         failed = JobDispatch(client, args.ray_address, parallel, args.retries, runtime_env(args.runtime_env_json),
-                             args.job_python, args.poll).run(runs)
+                             args.job_python, args.poll, live_capacity(args.ray_address, config)).run(runs)
     if failed:
         raise SystemExit(f"[ablation] {len(failed)} run(s) failed: {', '.join(failed)}; rerun the same command to "
                          "resume them from their last checkpoints")

@@ -4,8 +4,15 @@ for, failed ones resubmitted from their last checkpoint, and only its own jobs s
 Each run is one job (Ray's job-submission API, through the dashboard's address) whose entrypoint is
 ``python -m egpo.ablation.attempt RUN_DIR`` (:mod:`egpo.ablation.attempt`): the run's ``python -m egpo.main``, whose
 ``ray.init`` joins the cluster (:data:`CLUSTER_OVERRIDES`) and places the recipe's workers there. Run directories
-are on storage every node sees; ``job.json`` in each names its latest job, so rerunning the ablation waits for a job
-an earlier invocation left running instead of starting the run twice.
+are on storage every node sees; ``job.json`` in each names its latest job (written before the job is submitted), and
+every job carries its ablation and run in Ray's job metadata, so rerunning the ablation (with the dashboard's address
+spelled any way) waits for a job an earlier invocation left running instead of starting the run twice.
+
+On a shared or failing cluster: the runs at once never exceed what the cluster's alive nodes hold, recomputed before
+each submission (a lost node lowers it); a job verl refused for lack of GPUs ("Total available GPUs") is queued again
+after a pause without spending a retry; a failed run is resubmitted after a pause that doubles with each failure; and
+after :data:`FAST_FAILURE_LIMIT` failures in a row that logged no step (a bad node, a start-up error every run
+meets), no more jobs are submitted and the ablation ends naming the hosts and the last error.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import OmegaConf
 
 from egpo.ablation.attempt import log_tail
-from egpo.run_state import DONE, JOB
+from egpo.run_state import DONE, FAILED, JOB, logged_steps
 
 # a run joins the cluster: its resources are those `ray start` gave each node, not ray.init's
 CLUSTER_OVERRIDES = ("++ray_kwargs.ray_init.address=auto", "++ray_kwargs.ray_init.num_cpus=null",
@@ -30,6 +38,10 @@ CLUSTER_OVERRIDES = ("++ray_kwargs.ray_init.address=auto", "++ray_kwargs.ray_ini
 ACTIVE = ("PENDING", "RUNNING")
 ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 UNREACHABLE_FOR = 900  # seconds the dashboard may be unreachable before the ablation gives up waiting (jobs run on)
+NO_GPUS = "Total available GPUs"  # verl's refusal when the cluster's free GPUs cannot place the run (its resource pool)
+FAST_FAILURE_LIMIT = 3  # failures in a row that logged no step: the dispatch stops submitting
+BACKOFF_POLLS = 6  # a failed run waits this many polls before it is resubmitted, doubled with each further failure
+BACKOFF_MAX = 600.0
 
 
 def connect(address: str):
@@ -96,6 +108,12 @@ def default_max_parallel(address: str, config) -> int:
     return runs
 
 
+def live_capacity(address: str, config) -> Callable[[], int]:
+    """The runs the cluster's alive nodes hold, asked anew at each call (a lost node lowers it)."""
+    need, nnodes = run_resources(config)
+    return lambda: capacity(nodes_resources(address), need, nnodes)
+
+
 def runtime_env(user_json: str | None) -> dict:
     """The jobs' runtime environment: unbuffered output and this PYTHONPATH (the nodes see the same paths), then
     ``--runtime-env-json`` (its ``env_vars`` merged, its other fields as given)."""
@@ -108,15 +126,22 @@ def runtime_env(user_json: str | None) -> dict:
 
 
 class JobDispatch:
-    """Submits prepared run directories as jobs, at most ``max_parallel`` at once, and waits for all of them."""
+    """Submits prepared run directories as jobs, at most ``max_parallel`` at once (and never more than
+    ``capacity()``, the runs the cluster's alive nodes hold, asked before each submission), and waits for all of
+    them."""
 
     def __init__(self, client, address: str, max_parallel: int, retries: int, env: dict, python: str,
-                 poll: float = 5.0):
+                 poll: float = 5.0, capacity: Callable[[], int] | None = None):
         self.client, self.address, self.max_parallel, self.retries = client, address, max_parallel, retries
-        self.env, self.python, self.poll = env, python, poll
+        self.env, self.python, self.poll, self.capacity = env, python, poll, capacity
         self.active: dict[str, Path] = {}  # submission id -> run directory
         self.state: dict[str, str] = {}
         self.attempts: dict[Path, int] = {}
+        self.failures: dict[Path, int] = {}  # failed attempts of each run, for its backoff
+        self.not_before: dict[Path, float] = {}  # a queued run waits until then
+        self.steps_at_submit: dict[Path, int] = {}
+        self.fast_failures: list[tuple[str, str]] = []  # (run, host) of the failures in a row that logged no step
+        self.held = max_parallel  # the last capacity the cluster answered
 
     def status(self, sid: str) -> str:
         state = self.client.get_job_status(sid)
@@ -124,6 +149,8 @@ class JobDispatch:
 
     def submit(self, work: Path) -> str:
         sid = f"egpo-{work.name}-{uuid.uuid4().hex[:8]}"
+        # written first: an invocation killed during the submission leaves the id a rerun looks up
+        (work / JOB).write_text(json.dumps({"address": self.address, "submission_id": sid, "submitted": None}) + "\n")
         self.client.submit_job(entrypoint=shlex.join([self.python, "-m", "egpo.ablation.attempt", str(work)]),
                                submission_id=sid, runtime_env=self.env,
                                metadata={"egpo_ablation": str(work.parent), "egpo_run": work.name})
@@ -131,32 +158,75 @@ class JobDispatch:
                                             "submitted": time.time()}) + "\n")
         self.active[sid] = work
         self.attempts[work] = self.attempts.get(work, 0) + 1
+        self.steps_at_submit[work] = last_step(work)
         print(f"[ablation] {work.name}: submitted as job {sid}", flush=True)
         return sid
 
-    def adopt(self, work: Path) -> bool:
+    def live_jobs(self) -> dict[tuple[str, str], str] | None:
+        """This cluster's pending or running egpo jobs, by (ablation folder, run name), from the metadata every job
+        carries (None: the cluster did not say)."""
+        try:
+            jobs = self.client.list_jobs()
+        except Exception:  # noqa: BLE001 - job.json is looked up instead
+            return None
+        live = {}
+        for job in jobs:
+            metadata = getattr(job, "metadata", None) or {}
+            state = str(getattr(job.status, "value", job.status))
+            if state in ACTIVE and "egpo_run" in metadata and getattr(job, "submission_id", None):
+                live[(metadata.get("egpo_ablation"), metadata["egpo_run"])] = job.submission_id
+        return live
+
+    def adopt(self, work: Path, live: dict | None) -> bool:
         """A job an earlier invocation submitted for this run and left pending or running: waited for, not
-        started twice."""
-        path = work / JOB
-        if not path.exists():
-            return False
-        job = json.loads(path.read_text())
-        if job.get("address") != self.address:
+        started twice. Found by the job's metadata on this cluster, whatever address the earlier invocation spelled;
+        where the cluster cannot list its jobs, by the id in ``job.json``."""
+        sid = None
+        if live is not None:
+            sid = live.get((str(work.parent), work.name))
+        elif (work / JOB).exists():
+            sid = json.loads((work / JOB).read_text()).get("submission_id")
+        if sid is None:
             return False
         try:
-            state = self.status(job["submission_id"])
+            state = self.status(sid)
         except Exception:  # noqa: BLE001 - a job the cluster no longer knows: the run is submitted again
             return False
         if state not in ACTIVE:
             return False
-        self.active[job["submission_id"]] = work
+        self.active[sid] = work
         self.attempts[work] = 1
-        print(f"[ablation] {work.name}: job {job['submission_id']} is still {state}, waiting for it", flush=True)
+        self.steps_at_submit[work] = last_step(work)
+        print(f"[ablation] {work.name}: job {sid} is still {state}, waiting for it", flush=True)
         return True
+
+    def limit(self) -> int:
+        """Jobs allowed at once now: ``max_parallel``, and no more than the cluster's alive nodes hold (asked anew;
+        its last answer where it does not answer)."""
+        if self.capacity is not None:
+            try:
+                held = int(self.capacity())
+            except Exception:  # noqa: BLE001 - the state API is down for a moment: the last answer stands
+                held = self.held
+            if held < self.held:
+                print(f"[ablation] the cluster now holds {held} run(s) at once (was {self.held}): no more jobs than "
+                      "that", flush=True)
+            self.held = held
+        return max(0, min(self.max_parallel, self.held))
+
+    def next_ready(self, queue: deque) -> Path | None:
+        """The first queued run whose pause is over (taken out of the queue), or None."""
+        now = time.time()
+        for work in list(queue):
+            if self.not_before.get(work, 0.0) <= now:
+                queue.remove(work)
+                return work
+        return None
 
     def run(self, runs: list[Path]) -> list[str]:
         """Every run to its end; returns the names of those that failed every attempt."""
-        queue = deque(work for work in runs if not (work / DONE).exists() and not self.adopt(work))
+        live = self.live_jobs()
+        queue = deque(work for work in runs if not (work / DONE).exists() and not self.adopt(work, live))
         for work in runs:
             if (work / DONE).exists():
                 print(f"[ablation] {work.name}: done before, skipped", flush=True)
@@ -164,14 +234,23 @@ class JobDispatch:
         unreachable_since = None
         try:
             while queue or self.active:
-                while queue and len(self.active) < self.max_parallel:
-                    work = queue.popleft()
+                while queue and not self.halted() and len(self.active) < self.limit():
+                    work = self.next_ready(queue)
+                    if work is None:
+                        break
                     try:
                         self.submit(work)
                     except Exception as err:  # noqa: BLE001 - Ray's errors here are many; each is reported whole
+                        if "try again later" in str(err).lower():  # the job agent is not up yet (just after ray start)
+                            print(f"[ablation] {work.name}: Ray asks to try again later ({err}); retrying", flush=True)
+                            queue.appendleft(work)
+                            self.not_before[work] = time.time() + self.poll * BACKOFF_POLLS
+                            break
                         raise SystemExit(f"[ablation] {work.name}: Ray refused the job ({type(err).__name__}: {err}); "
                                          "the jobs already submitted run on: rerun the same command to wait for "
                                          "them and submit the rest") from None
+                if self.halted() and not self.active:
+                    break
                 time.sleep(self.poll)
                 try:
                     states = {sid: self.status(sid) for sid in list(self.active)}
@@ -189,7 +268,19 @@ class JobDispatch:
             self.stop_all()
             raise SystemExit("[ablation] interrupted: the jobs it submitted were stopped; rerun the same command to "
                              "resume them from their last checkpoints") from None
+        if self.halted():
+            hosts = sorted({host for _, host in self.fast_failures if host})
+            raise SystemExit(
+                f"[ablation] {len(self.fast_failures)} attempts in a row failed before logging a step "
+                f"({', '.join(name for name, _ in self.fast_failures)}) on "
+                f"{', '.join(hosts) or 'hosts not recorded'}: no more jobs were submitted, so that one bad node or "
+                f"one start-up error does not fail every run. {len(queue)} run(s) not started"
+                f"{'; failed: ' + ', '.join(failed) if failed else ''}. Read the runs' log.txt, fix the node or the "
+                "config, and rerun the same command: it resumes every run from its last checkpoint")
         return failed
+
+    def halted(self) -> bool:
+        return len(self.fast_failures) >= FAST_FAILURE_LIMIT
 
     def changed(self, sid: str, state: str, queue: deque, failed: list[str]) -> None:
         work = self.active[sid]
@@ -202,6 +293,7 @@ class JobDispatch:
         del self.active[sid]
         if state == "SUCCEEDED" and (work / DONE).exists():
             print(f"[ablation] {work.name}: done (job {sid})", flush=True)
+            self.fast_failures.clear()
             return
         if state == "SUCCEEDED":
             failed.append(work.name)
@@ -214,14 +306,36 @@ class JobDispatch:
             message = (self.client.get_job_info(sid).message or "").split(", last available logs")[0].splitlines()[0]
         except Exception:  # noqa: BLE001 - the log's tail below says what happened
             pass
+        tail = log_tail(work)
+        if state == "FAILED" and NO_GPUS in tail + message:
+            # verl found the cluster's free GPUs too few (another tenant, a lost node, jobs still releasing theirs):
+            # not the run's failure, so no retry is spent
+            self.attempts[work] -= 1
+            self.not_before[work] = time.time() + self.backoff(work)
+            queue.append(work)
+            print(f"[ablation] {work.name}: verl found too few free GPUs for it (job {sid}); queued again, without "
+                  "spending a retry", flush=True)
+            return
+        if state == "FAILED":
+            self.failures[work] = self.failures.get(work, 0) + 1
+            if last_step(work) <= self.steps_at_submit.get(work, 0):
+                self.fast_failures.append((work.name, failed_host(work)))
+            else:
+                self.fast_failures.clear()
         again = state == "FAILED" and self.attempts[work] <= self.retries
+        pause = self.backoff(work) if again else 0.0
         print(f"[ablation] {work.name}: {state} (job {sid}{'; ' + message if message else ''})"
-              f"{', resubmitting from its last checkpoint' if again else ''}; the end of {work.name}/log.txt:\n"
-              + log_tail(work), flush=True)
+              f"{f', resubmitting from its last checkpoint in {pause:.0f} s' if again else ''}; the end of "
+              f"{work.name}/log.txt:\n" + tail, flush=True)
         if again:
+            self.not_before[work] = time.time() + pause
             queue.appendleft(work)
         else:
             failed.append(work.name)
+
+    def backoff(self, work: Path) -> float:
+        """Seconds a run waits before it is submitted again: BACKOFF_POLLS polls, doubled with each of its failures."""
+        return min(BACKOFF_MAX, self.poll * BACKOFF_POLLS * 2 ** max(0, self.failures.get(work, 1) - 1))
 
     def stop_all(self, wait: float = 60.0) -> None:
         """Stops the jobs this dispatch submitted or waits for, and no other."""
@@ -240,3 +354,17 @@ class JobDispatch:
                 except Exception:  # noqa: BLE001
                     self.active.pop(sid)
             time.sleep(1)
+
+
+def last_step(work: Path) -> int:
+    """The run's last logged step (0: none yet)."""
+    steps = logged_steps(work)
+    return steps[-1]["step"] if steps else 0
+
+
+def failed_host(work: Path) -> str:
+    """The host of the run's last failed attempt (``failed.json``), or ''."""
+    try:
+        return json.loads((work / FAILED).read_text()).get("host", "")
+    except (OSError, ValueError):
+        return ""
