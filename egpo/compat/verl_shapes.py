@@ -6,7 +6,8 @@ egpo sets some of verl's hooks by attribute (a replica's ``server_class``, the m
 worker, and the run would stop at its first batch ("the rollout returned no per-token entropy"). egpo also reads the
 old-policy recompute's entropy, which both verls compute unconditionally; were it gated on
 ``actor.calculate_entropy`` (which also turns on the update-time entropy, tens of GB at a Qwen3 recipe's token budget),
-egpo would have to set that flag. Each reliance is checked here by reading the method's source (parsed, not imported:
+egpo would have to set that flag. And egpo keeps a run's agent-loop and reward-loop workers on its own nodes by
+narrowing what ``ray.nodes()`` lists while verl places them (:mod:`egpo.trainer.placement`). Each reliance is checked here by reading the method's source (parsed, not imported:
 the sglang and vLLM replicas' modules need their engines to import), so such a verl is refused at start-up naming its
 version, the method and what egpo would lose.
 """
@@ -39,6 +40,14 @@ _REPLICA_SERVERS = (
 _MANAGER_WORKERS = Reliance("verl.experimental.agent_loop.agent_loop:AgentLoopManager.__init__",
                             'hasattr(self, "agent_loop_workers_class")',
                             "egpo's agent-loop workers (rollout entropy into the batch, hf seeds) would be verl's")
+_PLACEMENT = (
+    Reliance("verl.experimental.agent_loop.agent_loop:AgentLoopManager._init_agent_loop_workers", "ray.nodes()",
+             "a run's agent-loop workers could land on other runs' nodes"),
+    Reliance("verl.experimental.reward_loop.reward_loop:RewardLoopManager._init_reward_loop_workers", "ray.nodes()",
+             "a run's reward-loop workers could land on other runs' nodes"),
+    Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer.init_workers", "create_resource_pool()",
+             "egpo could not tell the run's nodes before its workers are placed"),
+)
 _OLD_POLICY_ENTROPY = "the old-policy entropy would need actor.calculate_entropy=true, which also computes (and on verl " \
                       "0.9.1 backpropagates) a full-vocabulary entropy in every update micro-batch"
 
@@ -55,12 +64,14 @@ VERL_RELIANCES: dict[str, tuple[Reliance, ...]] = {
                  'hasattr(self, "rollout_replica_class")', "egpo's rollout replicas would be verl's"),
         _MANAGER_WORKERS,
         *_REPLICA_SERVERS,
+        *_PLACEMENT,
     ),
     "0.9.1": (
         Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer._compute_old_log_prob", "calculate_entropy=True",
                  _OLD_POLICY_ENTROPY),
         _MANAGER_WORKERS,
         *_REPLICA_SERVERS,
+        *_PLACEMENT,
     ),
 }
 

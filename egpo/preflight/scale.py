@@ -104,6 +104,10 @@ def _select(config, key, default=None):
     return OmegaConf.select(config, key, default=default, throw_on_missing=False)
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.2f}M" if n >= 1e6 else f"{n:,}"
+
+
 def _gb(n: float) -> str:
     return f"{n / GB:,.1f} GB" if n >= 0.1 * GB else f"{n / 1e6:,.1f} MB"
 
@@ -293,7 +297,7 @@ def scale_findings(config, steps: int | None = None) -> list[Finding]:
     if shape is None:
         return [fact("scale", f"the shape of {config.actor_rollout_ref.model.path} is unknown (no readable "
                               "config.json): per-GPU and checkpoint figures not computed")]
-    findings = [fact("scale", f"{shape.parameters / 1e9:,.2f}B parameters, vocabulary {shape.vocab_size:,} "
+    findings = [fact("scale", f"{_count(shape.parameters)} parameters, vocabulary {shape.vocab_size:,} "
                               f"({shape.source})")]
     findings += gpu_findings(config, shape)
     findings += driver_findings(config)

@@ -16,6 +16,8 @@ verl methods overridden, nothing else:
   printed, and a run that reads the thinking span of a model that never thinks says so once
   (:mod:`egpo.trainer.thought_watch`). The entropy probe's metrics are logged as ``probe/*`` on either worker API.
 
+* ``init_workers``: verl's, with the run's agent-loop and reward-loop workers placed on the run's own nodes
+  (:mod:`egpo.trainer.placement`), so that in a shared cluster a lost node fails only the runs it held.
 * ``_val_metrics_update``: verl's validation metrics plus ``val-egpo/pass@k`` from the samples of each validation
   problem (:mod:`egpo.trainer.pass_at_k`).
 
@@ -57,6 +59,12 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.span == "cot")
         if self.egpo.enabled:
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
+
+    def init_workers(self):
+        from egpo.trainer.placement import pool_node_ids, run_nodes_only
+
+        with run_nodes_only(lambda: pool_node_ids(self.resource_pool_manager)):
+            return super().init_workers()
 
     def _compute_old_log_prob(self, batch: DataProto):
         with entropy_kept_on_driver(batch) as kept:

@@ -1,0 +1,87 @@
+"""A run's agent-loop and reward-loop workers stay on the run's own nodes (egpo.trainer.placement): verl's own
+placement methods, run with a cluster that lists a node of another run beside this run's, place nothing there inside
+egpo's scope, and round-robin onto it outside (what verl does on its own). Then the same on a real Ray: the nodes of a
+real placement group are the ones egpo reads."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+import ray
+
+from egpo.trainer.placement import pool_node_ids, run_nodes_only
+
+OWN, FOREIGN, DEAD = "a1" * 28, "b2" * 28, "c3" * 28  # Ray's node ids: 56 hex digits
+NODES = [{"NodeID": OWN, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}},
+         {"NodeID": FOREIGN, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}},
+         {"NodeID": DEAD, "Alive": False, "Resources": {"CPU": 8.0}}]
+
+
+class RecordingActorClass:
+    """Stands in for ``ray.remote(Worker)``: records each worker's node affinity."""
+
+    def __init__(self):
+        self.nodes = []
+
+    def options(self, name=None, scheduling_strategy=None, **kwargs):
+        self.nodes.append(scheduling_strategy.node_id)
+        return SimpleNamespace(remote=lambda *args, **kw: object())
+
+
+def agent_loop_placement() -> list[str]:
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    manager = object.__new__(AgentLoopManager)
+    manager.rollout_config = SimpleNamespace(agent=SimpleNamespace(num_workers=8))
+    manager.agent_loop_workers_class = RecordingActorClass()
+    manager.config = manager.llm_client = manager.teacher_client = manager.reward_loop_worker_handles = None
+    manager.global_load_balancer, manager.server_addresses, manager.server_handles = None, [], []  # verl 0.7.1 reads
+    result = manager._init_agent_loop_workers()
+    if asyncio.iscoroutine(result):
+        asyncio.run(result)
+    return manager.agent_loop_workers_class.nodes
+
+
+def reward_loop_placement() -> list[str]:
+    from verl.experimental.reward_loop.reward_loop import RewardLoopManager
+
+    manager = object.__new__(RewardLoopManager)
+    manager.config = SimpleNamespace(reward=SimpleNamespace(num_workers=8))
+    manager.reward_loop_workers_class = RecordingActorClass()
+    manager.reward_router_address = None
+    manager._init_reward_loop_workers()
+    return manager.reward_loop_workers_class.nodes
+
+
+@pytest.mark.parametrize("placement", [agent_loop_placement, reward_loop_placement])
+def test_verls_workers_land_only_on_the_runs_nodes(placement, monkeypatch):
+    monkeypatch.setattr(ray, "nodes", lambda: [dict(n) for n in NODES])
+    assert set(placement()) == {OWN, FOREIGN}  # verl on its own: every alive node of the cluster
+    with run_nodes_only(lambda: {OWN}):
+        assert placement() == [OWN] * 8
+    assert set(placement()) == {OWN, FOREIGN}  # restored after the scope
+    with run_nodes_only(lambda: set()):  # before the run's placement groups exist: what Ray lists
+        assert set(placement()) == {OWN, FOREIGN}
+
+
+def test_the_run_nodes_are_those_of_its_placement_groups():
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    created = not ray.is_initialized()
+    if created:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        group = placement_group([{"CPU": 1}], strategy="STRICT_PACK")
+        ray.get(group.ready(), timeout=60)
+        manager = SimpleNamespace(resource_pool_dict={"global_pool": SimpleNamespace(pgs=[group]),
+                                                      "not_created_yet": SimpleNamespace(pgs=None)})
+        this_node = ray.get_runtime_context().get_node_id()
+        assert pool_node_ids(manager) == {this_node}
+        with run_nodes_only(lambda: pool_node_ids(manager)):
+            assert [n["NodeID"] for n in ray.nodes()] == [this_node]
+        remove_placement_group(group)
+    finally:
+        if created:
+            ray.shutdown()
