@@ -283,3 +283,22 @@ def test_print_config_shows_the_config_egpo_starts(demo, workdir, monkeypatch, c
     assert cfg["algorithm"]["cot_start_token_id"] is not None
     assert cfg["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_manager_class"] == MANAGER_PATH
     assert cfg["data"]["train_files"] == str(workdir / "data" / "math_train.parquet")  # resolved as the run resolves it
+
+
+def test_the_8020_rule_on_a_micro_batch_token_mean_is_warned(demo, workdir, monkeypatch):
+    """verl 0.7.1's legacy actor takes a token mean per micro-batch: the 80/20 rule's kept tokens are then weighted by
+    their micro-batch's kept count, which the preflight says, naming verl 0.9.1; verl 0.9.1 (and 0.7.1's engine
+    workers) take the batch's mean: no warning."""
+    from egpo.ablation import ARMS
+
+    status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["grpo_8020"])
+    text = findings_text(lines)
+    assert status == 0, text
+    assert ("divides the policy loss of each micro-batch by that micro-batch's own kept tokens" in text) is \
+        (VERL == "0.7.1")
+    if VERL == "0.7.1":
+        assert "pip install -e '.[verl091]'" in text
+        status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["grpo_8020"], "trainer.use_legacy_worker_impl=disable")
+        assert "own kept tokens" not in findings_text(lines)
+    status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["grpo"])
+    assert "own kept tokens" not in findings_text(lines)
