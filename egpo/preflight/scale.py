@@ -45,6 +45,11 @@ DISK_WARNING_SHARE = 0.8  # checkpoints above this share of the free space: warn
 ADAM_BYTES = 8  # exp_avg and exp_avg_sq, fp32
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
+# host bytes per response token on the driver, at their peak with every token valid (tests/test_scale.py measures
+# each function's peak resident memory at 4M tokens against these)
+ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
+AGREEMENT_BYTES = 56  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, their difference and centring
+SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
 
 
 @dataclass(frozen=True)
@@ -209,11 +214,11 @@ def driver_findings(config) -> list[Finding]:
         int(config.data.max_response_length)
     parts = []
     if settings.reads_rollout_entropy:
-        parts.append(("rollout entropy", cells * 4))
+        parts.append(("rollout entropy", cells * ROLLOUT_ENTROPY_BYTES))
         if not settings.bypass_mode:
-            parts.append(("rollout-vs-actor agreement", 2 * cells * 8))
+            parts.append(("rollout-vs-actor agreement", cells * AGREEMENT_BYTES))
     if settings.selects_tokens:
-        parts.append(("80/20 selection", cells * (4 + 4 + 1)))  # mask, the valid entropies' copy, the kept flags
+        parts.append(("80/20 selection", cells * SELECTION_BYTES))
     if not parts:
         return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
     total = sum(size for _, size in parts)
