@@ -1,6 +1,7 @@
 """A Ray cluster of the test's own on this machine: `ray start --head` on free ports and a temp dir of its own, and
 stopped by the test, by that temp dir (every process of this cluster names it, the others do not), never with
-`ray stop`, which would end every Ray cluster on the machine."""
+`ray stop`, which would end every Ray cluster on the machine. A second node joins it with a temp dir of its own
+(`add_node`), so that it can be lost on its own (`Cluster.kill`: every process of that node, SIGKILLed at once)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Cluster:
     temp_dir: Path
     dashboard: str  # http://127.0.0.1:PORT, the address jobs are submitted to
     env: dict  # the environment of the cluster and its clients (its token authentication)
+    gcs: str = ""  # 127.0.0.1:PORT, the address another node joins
 
     def processes(self):
         """This cluster's processes: those whose command line names its temp dir, and their descendants."""
@@ -61,6 +63,18 @@ class Cluster:
             except psutil.NoSuchProcess:
                 continue
         return list(found.values())
+
+    def kill(self) -> None:
+        """The node lost at once, as a machine that dies: every process of it SIGKILLed, none told first."""
+        import psutil
+
+        procs = self.processes()
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=15)
 
     def stop(self) -> None:
         import psutil
@@ -93,13 +107,51 @@ def start_cluster(num_cpus: int, num_gpus: int, resources: dict) -> Cluster:
            f"--resources={json.dumps(resources)}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
            *(f"{option}={port}" for option, port in ports.items()),
            f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 200}"]
-    cluster = Cluster(temp_dir, f"http://127.0.0.1:{ports['--dashboard-port']}", env)
+    cluster = Cluster(temp_dir, f"http://127.0.0.1:{ports['--dashboard-port']}", env, f"127.0.0.1:{ports['--port']}")
     started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=temp_dir)
     if started.returncode != 0:
         cluster.stop()
         raise RuntimeError(f"ray start failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}")
     wait_for_dashboard(cluster)
     return cluster
+
+
+NODE_PORT_OPTIONS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+                     "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port")
+
+
+def add_node(head: Cluster, num_cpus: int, num_gpus: int, resources: dict) -> Cluster:
+    """Another node of ``head``'s cluster on this machine, with a temp dir of its own (its processes name it); returns
+    it as a Cluster (the head's dashboard and environment) once the cluster counts it alive."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="egpo-ray-node-", dir="/tmp"))
+    ports = dict(zip(NODE_PORT_OPTIONS, free_ports(len(NODE_PORT_OPTIONS))))
+    worker_low = free_ports(1)[0]
+    ray = Path(sys.executable).with_name("ray")
+    cmd = [str(ray), "start", f"--address={head.gcs}", f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}",
+           f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}",
+           *(f"{option}={port}" for option, port in ports.items()),
+           f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 200}"]
+    node = Cluster(temp_dir, head.dashboard, head.env, head.gcs)
+    started = subprocess.run(cmd, env=head.env, capture_output=True, text=True, timeout=300, cwd=temp_dir)
+    if started.returncode != 0:
+        node.stop()
+        raise RuntimeError(f"ray start (a second node) failed:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}")
+    wait_for_nodes(head, 2)
+    return node
+
+
+def wait_for_nodes(cluster: Cluster, count: int, timeout: float = 120) -> None:
+    code = ("import sys; from ray.util.state import list_nodes; "
+            "print(sum(n.state == 'ALIVE' for n in list_nodes(address=sys.argv[1])))")
+    end = time.time() + timeout
+    while True:
+        probe = subprocess.run([sys.executable, "-c", code, cluster.dashboard], env=cluster.env,
+                               capture_output=True, text=True, timeout=120)
+        if probe.returncode == 0 and probe.stdout.strip().splitlines()[-1:] == [str(count)]:
+            return
+        if time.time() > end:
+            raise RuntimeError(f"the cluster did not count {count} alive nodes:\n{probe.stdout}{probe.stderr[-2000:]}")
+        time.sleep(2)
 
 
 def wait_for_dashboard(cluster: Cluster, timeout: float = 120) -> None:
