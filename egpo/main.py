@@ -95,7 +95,9 @@ def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
 def run(config: DictConfig) -> None:
     register_estimator()
     config = prepare_config(config)
-    main_ppo.run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(EgpoTaskRunner))
+    from egpo.trainer.placement import OnDriverNode
+
+    main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 
 
 # verl's config names with egpo's equivalent (verl's + egpo's keys), found without --config-path

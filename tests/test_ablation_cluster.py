@@ -33,10 +33,11 @@ pytestmark = [pytest.mark.e2e]
 def cluster():
     from ray_cluster import add_node, start_cluster
 
-    # two nodes, one CPU run each: a run asks 1 'GPU', 1 'cpu' and its recipe's 8 CPUs of a node
-    cluster = start_cluster(num_cpus=9, num_gpus=1, resources={"cpu": 1})
+    # two nodes, one CPU run each: a run asks 1 'GPU', 1 'cpu' and its recipe's 8 CPUs of a node; 12 leave room for
+    # the task runner of a run whose driver is on the head and whose workers are on the other node
+    cluster = start_cluster(num_cpus=12, num_gpus=1, resources={"cpu": 1})
     try:
-        cluster.node = add_node(cluster, num_cpus=9, num_gpus=1, resources={"cpu": 1})
+        cluster.node = add_node(cluster, num_cpus=12, num_gpus=1, resources={"cpu": 1})
     except BaseException:
         cluster.stop()
         raise

@@ -85,3 +85,56 @@ def test_the_run_nodes_are_those_of_its_placement_groups():
     finally:
         if created:
             ray.shutdown()
+
+
+def test_actors_verl_leaves_unplaced_get_the_runs_nodes_and_placed_ones_keep_theirs(monkeypatch):
+    """Inside egpo's scope, an actor created with no scheduling strategy (verl's rollout load balancer) gets a soft
+    affinity to the run's nodes, in turn; one with a strategy of its own keeps it; outside, Ray's default again. What
+    reaches Ray's own ``ActorClass._remote`` is recorded, nothing is created."""
+    from ray.actor import ActorClass
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from egpo.trainer.placement import default_actors_on
+
+    seen = []
+    monkeypatch.setattr(ActorClass, "_remote", lambda self, args=None, kwargs=None, **options: seen.append(options))
+
+    class Balancer:
+        pass
+
+    remote = ray.remote(Balancer)
+    explicit = NodeAffinitySchedulingStrategy(node_id=FOREIGN, soft=False)
+    with default_actors_on(lambda: {OWN, DEAD}):
+        remote.remote()
+        remote.options(name="lb").remote()
+        remote.options(scheduling_strategy=explicit).remote()
+        remote.options(scheduling_strategy="SPREAD").remote()
+    remote.remote()
+    with default_actors_on(lambda: set()):  # before the run's placement groups exist
+        remote.remote()
+    placed = [o.get("scheduling_strategy") for o in seen]
+    assert [(s.node_id, s.soft) for s in placed[:2]] == [(OWN, True), (DEAD, True)]  # in turn over sorted ids
+    assert placed[2] is explicit and placed[3] == "SPREAD"
+    assert placed[4] in (None, "DEFAULT") and placed[5] in (None, "DEFAULT")
+
+
+def test_the_task_runner_is_created_on_its_drivers_node(monkeypatch):
+    """verl calls ``task_runner_class.remote()`` (or ``.options(runtime_env=...)`` to profile): both reach Ray with a
+    soft affinity to the node of the process that starts the run."""
+    from types import SimpleNamespace
+
+    from egpo.trainer.placement import OnDriverNode
+
+    calls = []
+
+    class ActorClass:
+        def options(self, **options):
+            calls.append(options)
+            return SimpleNamespace(remote=lambda *args, **kwargs: "runner")
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: OWN))
+    runner = OnDriverNode(ActorClass())
+    assert runner.remote() == "runner"
+    runner.options(runtime_env={"nsight": {}}).remote()
+    assert [(c["scheduling_strategy"].node_id, c["scheduling_strategy"].soft) for c in calls] == [(OWN, True)] * 2
+    assert calls[1]["runtime_env"] == {"nsight": {}}

@@ -243,7 +243,7 @@ def test_all_zero_actor_entropy_stops_an_actor_source_run():
     """A verl that skipped the old-policy entropy returns zeros: egpo stops rather than train on H = 0."""
     trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=actor")
     trainer.actor_rollout_wg = RecordingWorkerGroup(torch.zeros(BS, L))
-    with pytest.raises(advantage_step.MissingEntropyError, match="calculate_entropy=true.*entropy_source=rollout"):
+    with pytest.raises(advantage_step.MissingEntropyError, match="compute the old-policy entropy unconditionally.*entropy_source=rollout"):
         trainer._compute_old_log_prob(make_batch(True))
 
 

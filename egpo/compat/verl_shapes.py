@@ -80,6 +80,24 @@ class VerlShapeError(RuntimeError):
     pass
 
 
+RAY_ACTOR_REMOTE = ("self", "args", "kwargs", "actor_options")  # ray.actor.ActorClass._remote, which egpo wraps
+
+
+def check_ray_shape() -> None:
+    """Ray's ``ActorClass._remote(args, kwargs, **actor_options)``, through which every actor is created and which
+    egpo wraps while a run builds its workers (:mod:`egpo.trainer.placement`)."""
+    import inspect
+
+    import ray
+    from ray.actor import ActorClass
+
+    params = tuple(inspect.signature(ActorClass._remote).parameters)
+    if params != RAY_ACTOR_REMOTE:
+        raise VerlShapeError(f"ray {ray.__version__}: ActorClass._remote takes {params}, egpo expects {RAY_ACTOR_REMOTE} "
+                             "to keep a run's actors on its own nodes; install the Ray your verl pins. Nothing was "
+                             "started.")
+
+
 @lru_cache(maxsize=None)
 def _module_tree(module: str) -> tuple[ast.Module, str] | None:
     """The parsed file of ``module``, found from its top package's folder: no package on the way is imported (verl's
@@ -126,6 +144,7 @@ def shape_problems(version: str) -> list[str]:
 def check_verl_shapes(version: str | None = None) -> None:
     """Every reliance of this verl's table holds, or one start-up error naming the version and each target."""
     version = version or verl_version()
+    check_ray_shape()
     problems = shape_problems(version)
     if problems:
         raise VerlShapeError(

@@ -48,7 +48,7 @@ FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
 # host bytes per response token on the driver, at their peak with every token valid (tests/test_scale.py measures
 # each function's peak resident memory at 4M tokens against these)
 ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
-AGREEMENT_BYTES = 56  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, their difference and centring
+AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, their difference and centring
 SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
 
 

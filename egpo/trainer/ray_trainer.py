@@ -16,8 +16,9 @@ verl methods overridden, nothing else:
   printed, and a run that reads the thinking span of a model that never thinks says so once
   (:mod:`egpo.trainer.thought_watch`). The entropy probe's metrics are logged as ``probe/*`` on either worker API.
 
-* ``init_workers``: verl's, with the run's agent-loop and reward-loop workers placed on the run's own nodes
-  (:mod:`egpo.trainer.placement`), so that in a shared cluster a lost node fails only the runs it held.
+* ``init_workers``: verl's, with the run's agent-loop and reward-loop workers, and the actors verl leaves to Ray's
+  default placement, on the run's own nodes (:mod:`egpo.trainer.placement`), so that in a shared cluster a lost node
+  fails only the runs it held.
 * ``_val_metrics_update``: verl's validation metrics plus ``val-egpo/pass@k`` from the samples of each validation
   problem (:mod:`egpo.trainer.pass_at_k`).
 
@@ -61,9 +62,12 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
 
     def init_workers(self):
-        from egpo.trainer.placement import pool_node_ids, run_nodes_only
+        from egpo.compat.verl_shapes import check_ray_shape
+        from egpo.trainer.placement import default_actors_on, pool_node_ids, run_nodes_only
 
-        with run_nodes_only(lambda: pool_node_ids(self.resource_pool_manager)):
+        check_ray_shape()
+        run_nodes = lambda: pool_node_ids(self.resource_pool_manager)  # noqa: E731 - asked anew at each use
+        with run_nodes_only(run_nodes), default_actors_on(run_nodes):
             return super().init_workers()
 
     def _compute_old_log_prob(self, batch: DataProto):
