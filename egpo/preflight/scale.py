@@ -45,10 +45,11 @@ DISK_WARNING_SHARE = 0.8  # checkpoints above this share of the free space: warn
 ADAM_BYTES = 8  # exp_avg and exp_avg_sq, fp32
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
-# host bytes per response token on the driver, at their peak with every token valid (tests/test_scale.py measures
-# each function's peak resident memory at 4M tokens against these)
+# host bytes per response token on the driver, bounds on the peak with every token valid (tests/test_scale.py
+# measures each function's peak resident memory at 4M tokens against these; the peak varies by a few bytes a token
+# from run to run with the order the allocator returns memory in)
 ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
-AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, their difference and centring
+AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, the valid tokens' indices
 SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
 
 
