@@ -66,32 +66,23 @@ class Cluster:
 
     def kill(self) -> None:
         """The node lost at once, as a machine that dies: every process of it SIGKILLed, none told first."""
-        import psutil
-
-        procs = self.processes()
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(procs, timeout=15)
+        _signal_and_wait(self.processes(), "kill", timeout=15)
 
     def stop(self) -> None:
-        import psutil
+        alive = _signal_and_wait(self.processes(), "terminate", timeout=5)
+        _signal_and_wait(alive, "kill", timeout=15)
 
-        procs = self.processes()
-        for proc in procs:
-            try:
-                proc.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=5)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=15)
+
+def _signal_and_wait(procs, how: str, timeout: float) -> list:
+    """``proc.terminate()`` or ``proc.kill()`` on each, then the ones still alive after ``timeout`` seconds."""
+    import psutil
+
+    for proc in procs:
+        try:
+            getattr(proc, how)()
+        except psutil.NoSuchProcess:
+            pass
+    return psutil.wait_procs(procs, timeout=timeout)[1]
 
 
 def start_cluster(num_cpus: int, num_gpus: int, resources: dict) -> Cluster:
@@ -143,26 +134,24 @@ def add_node(head: Cluster, num_cpus: int, num_gpus: int, resources: dict) -> Cl
 def wait_for_nodes(cluster: Cluster, count: int, timeout: float = 120) -> None:
     code = ("import sys; from ray.util.state import list_nodes; "
             "print(sum(n.state == 'ALIVE' for n in list_nodes(address=sys.argv[1])))")
-    end = time.time() + timeout
-    while True:
-        probe = subprocess.run([sys.executable, "-c", code, cluster.dashboard], env=cluster.env,
-                               capture_output=True, text=True, timeout=120)
-        if probe.returncode == 0 and probe.stdout.strip().splitlines()[-1:] == [str(count)]:
-            return
-        if time.time() > end:
-            raise RuntimeError(f"the cluster did not count {count} alive nodes:\n{probe.stdout}{probe.stderr[-2000:]}")
-        time.sleep(2)
+    _poll(cluster, code, lambda out: out.strip().splitlines()[-1:] == [str(count)], timeout,
+          f"the cluster did not count {count} alive nodes")
 
 
 def wait_for_dashboard(cluster: Cluster, timeout: float = 120) -> None:
     code = ("from ray.job_submission import JobSubmissionClient; import sys; "
             "JobSubmissionClient(sys.argv[1]).list_jobs()")
+    _poll(cluster, code, lambda out: True, timeout, f"the dashboard at {cluster.dashboard} did not answer")
+
+
+def _poll(cluster: Cluster, code: str, ready, timeout: float, failure: str) -> None:
+    """Runs ``code`` (given the dashboard's address) every 2 s until it succeeds with an output ``ready`` accepts."""
     end = time.time() + timeout
     while True:
         probe = subprocess.run([sys.executable, "-c", code, cluster.dashboard], env=cluster.env,
                                capture_output=True, text=True, timeout=120)
-        if probe.returncode == 0:
+        if probe.returncode == 0 and ready(probe.stdout):
             return
         if time.time() > end:
-            raise RuntimeError(f"the dashboard at {cluster.dashboard} did not answer:\n{probe.stderr[-2000:]}")
+            raise RuntimeError(f"{failure}:\n{probe.stdout[-1000:]}{probe.stderr[-2000:]}")
         time.sleep(2)
