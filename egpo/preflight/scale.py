@@ -8,14 +8,14 @@ download), and otherwise from :data:`KNOWN_SHAPES` (the recipes' Qwen3 models). 
   copies of the micro-batch's bf16 logits for the backward pass (``2 x tokens x vocab x 4`` bytes: each chunk's
   upcast and softmax), its plain entropy one softmax in the logits' dtype (measured on the CPU by
   ``tests/test_update_memory.py``); fused kernels never materialise them.
-* **per GPU, the old-policy recompute**: verl computes its entropy in every run; egpo's fp32 chunking holds one
-  chunk's two fp32 copies at a time.
+* **per GPU, the old-policy recompute**: verl computes its entropy in every run; egpo has it in fp32 chunks, a few
+  of one chunk's size alive at a time, with no gradient.
 * **on the driver (host memory), per step**: the rollout's entropy (one fp32 per response token), the
-  rollout-vs-actor agreement (float64 copies of the valid tokens of both), the 80/20 rule's mask and threshold.
+  rollout-vs-actor agreement (float64 copies of the valid tokens of both), the 80/20 rule's selection; bounds on
+  each function's measured peak (``tests/test_scale.py``).
 * **on disk**: bytes per checkpoint (the fp32 model and Adam's two moments: 12 bytes a parameter, and the tied
   embedding's second copy in the state dict; checked against a real checkpoint of the demo model by
-  ``tests/test_scale.py``) x the checkpoints kept x runs, against the free space
-  where they are written.
+  ``tests/test_scale.py``) x the checkpoints kept x runs, against the free space where they are written.
 """
 
 from __future__ import annotations
