@@ -51,6 +51,16 @@ def pass_probe_settings_to_workers(config: DictConfig) -> None:
             "egpo.probe.enable=true hooks verl's FSDP actor, but actor_rollout_ref.actor.strategy=megatron; set "
             "++egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
         )
+    if ProbeSettings.from_config(node).enable:
+        from egpo.compat.versions import verl_version
+        from egpo.compat.workers import PROBE_WORKER, worker_family
+
+        family = worker_family(config)
+        if (verl_version(), family) not in PROBE_WORKER:
+            from egpo.settings import EgpoConfigError
+
+            raise EgpoConfigError(f"egpo.probe.enable=true hooks no verl {verl_version()} {family} worker; set "
+                                  "++egpo.probe.enable=false (or trainer.use_legacy_worker_impl=auto)")
     with open_dict(config.actor_rollout_ref):
         config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}
 

@@ -26,6 +26,10 @@ class EgpoTaskRunner(ENTRY.base):
         from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
 
         ENTRY.install_trainer(EgpoRayPPOTrainer)
+        if config.trainer.get("device", "cuda") == "cpu":
+            from egpo.cpu.padding import use_torch_padding
+
+            use_torch_padding()  # the trainer unpads batches for verl 0.7.1's engine workers
         return ENTRY.task_runner.run(self, config)
 
     def add_actor_rollout_worker(self, config):
@@ -33,13 +37,13 @@ class EgpoTaskRunner(ENTRY.base):
         worker on ``trainer.device=cpu``, the probe worker with ``egpo.probe.enable``."""
         from verl.trainer.ppo.ray_trainer import Role
 
-        from egpo.compat.workers import replacement_worker
+        from egpo.compat.workers import replacement_worker, worker_family
         from egpo.probe.settings import WORKER_KEY, ProbeSettings
 
         actor_rollout_cls, worker_group_cls = super().add_actor_rollout_worker(config)
         on_cpu = config.trainer.get("device", "cuda") == "cpu"
         probe = ProbeSettings.from_config(config.actor_rollout_ref.get(WORKER_KEY, None)).enable
-        worker_cls = replacement_worker(actor_rollout_cls, on_cpu, probe)
+        worker_cls = replacement_worker(actor_rollout_cls, on_cpu, probe, worker_family(config))
         if worker_cls is None:
             return actor_rollout_cls, worker_group_cls
         for role in (Role.ActorRollout, Role.ActorRolloutRef):

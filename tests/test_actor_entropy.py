@@ -13,7 +13,7 @@ from verl.utils import torch_functional as verl_F
 
 from egpo.settings import EgpoConfigError, EgpoSettings
 from conftest import VERL
-from egpo.trainer.actor_entropy import (CALCULATE, CHUNKED, ENTROPY_COMPILE_KEYS, actor_entropy_precision,
+from egpo.trainer.actor_entropy import (CALCULATE, CHUNKED, actor_entropy_keys, actor_entropy_precision,
                                         prepare_actor_entropy, reads_actor_entropy)
 
 
@@ -57,7 +57,7 @@ def test_egpo_turns_on_fp32_entropy_uncompiled_and_never_the_update_entropy(sour
     assert OmegaConf.select(cfg, CHUNKED) is True and OmegaConf.select(cfg, CALCULATE) is False
     assert actor_entropy_precision(cfg) == "fp32"
     assert any(CHUNKED in line for line in lines)
-    for key in ENTROPY_COMPILE_KEYS[VERL]:
+    for key in actor_entropy_keys(cfg).compile:
         assert OmegaConf.select(cfg, key) is False, key
         assert any(key in line for line in lines)
 
@@ -98,3 +98,33 @@ def test_fp32_forward_and_megatron_need_no_chunking():
     # Megatron's Float16Module returns fp32 logits
     cfg, lines = prepared("algorithm.adv_estimator=egpo", name="egpo_megatron_trainer")
     assert actor_entropy_precision(cfg) == "fp32" and OmegaConf.select(cfg, CALCULATE) is False
+
+
+ENGINE_071 = ("trainer.use_legacy_worker_impl=disable",)
+
+
+@pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
+def test_verl_071s_engine_reads_its_fsdp_configs_keys_and_autocasts_to_bf16():
+    """verl 0.7.1's engine worker builds its engine from ``actor.fsdp_config``, whose chunking key is not linked to the
+    actor's, and its forward autocasts to bf16 whatever ``param_dtype`` says: egpo turns on the FSDP config's key, and
+    an fp32 param dtype without remove-padding is refused."""
+    import inspect
+
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    # verl's own config and source, the premise
+    plain = config("actor_rollout_ref.actor.entropy_from_logits_with_chunking=true")
+    engine_config = omega_conf_to_dataclass(plain.actor_rollout_ref.actor.fsdp_config)
+    assert engine_config.entropy_from_logits_with_chunking is False
+    assert "torch.autocast(device_type=device_name, dtype=torch.bfloat16)" in inspect.getsource(FSDPEngineWithLMHead)
+
+    cfg, lines = prepared("algorithm.adv_estimator=egpo", "actor_rollout_ref.model.use_remove_padding=true", *ENGINE_071)
+    keys = actor_entropy_keys(cfg)
+    assert keys.chunked == "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking"
+    assert omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.fsdp_config).entropy_from_logits_with_chunking is True
+    assert OmegaConf.select(cfg, "actor_rollout_ref.actor.fsdp_config.use_torch_compile") is False
+    assert actor_entropy_precision(cfg) == "fp32" and any(keys.chunked in line for line in lines)
+    with pytest.raises(EgpoConfigError, match="bf16"):
+        prepared("algorithm.adv_estimator=egpo", "actor_rollout_ref.model.use_remove_padding=false",
+                 "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32", *ENGINE_071)

@@ -127,6 +127,22 @@ def test_entropy_probe_in_the_main_job(tmp_path, demo):
         assert probe["probe/entropy_before"] == pytest.approx(metrics["actor/entropy"], abs=1e-4)
 
 
+@pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
+def test_the_8020_rule_trains_on_verl_071s_engine_workers(tmp_path, demo):
+    """The fix egpo names for the 80/20 rule on verl 0.7.1 (whose legacy actor divides each micro-batch by its own
+    kept tokens): verl's engine workers, which divide by the mini-batch's. egpo's CPU engine worker runs them (the
+    actor's forward is bf16 there whatever the FSDP config says, so the entropy comes from the rollout, in bypass
+    mode); the update trains on a fifth of the tokens."""
+    proc = run_smoke(tmp_path, demo, "algorithm.entropy_source=rollout", "algorithm.rollout_correction.bypass_mode=true",
+                     "algorithm.egpo_token_selection=top_entropy", "trainer.use_legacy_worker_impl=disable",
+                     "++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2", *COMMON)
+    steps = assert_trained(proc, "rollout", compared=False)
+    for metrics in steps.values():
+        assert metrics["egpo/token_selection/kept_frac"] == pytest.approx(0.2, abs=0.02)
+        assert metrics["egpo/token_selection/kept_tokens"] > 0
+        assert "actor/loss" in metrics  # the engine workers' update metric (the legacy actor logs actor/pg_loss alone)
+
+
 @pytest.mark.skipif(VERL != "0.7.1", reason="the selection's wiring is tested on both stacks (tests/test_trainer_policy.py); "
                                             "the real update through fit runs on verl 0.7.1's stack")
 def test_top_entropy_selection_at_quantile_one_trains_bit_identically_and_validation_logs_pass_at_k(tmp_path, demo):

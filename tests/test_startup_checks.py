@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_sglang
+from conftest import VERL, require_sglang
 from hydra import compose, initialize_config_dir
 
 from egpo.settings import EgpoConfigError, EgpoSettings
@@ -90,6 +90,15 @@ def test_every_cpu_fix_works_when_pasted_verbatim(rollout):
     # on a recipe that lacks the keys and on one that has them (++ adds or overrides)
     checks(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed, *fixes))
     checks(smoke(f"actor_rollout_ref.rollout.name={rollout}", *fixes))
+
+
+@pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
+def test_verl_071s_engine_workers_on_cpu_need_fsdp2_and_the_fix_works_pasted():
+    with pytest.raises(EgpoConfigError) as err:
+        checks(smoke("trainer.use_legacy_worker_impl=disable"))
+    fixes = pasted_fixes(str(err.value))
+    assert fixes == ["++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2"], str(err.value)
+    checks(smoke("trainer.use_legacy_worker_impl=disable", *fixes))
 
 
 def test_sglang_on_cpu_needs_its_engine_settings():
@@ -315,6 +324,15 @@ def test_the_probe_is_refused_on_megatron():
     with pytest.raises(EgpoConfigError, match="egpo.probe.enable=false"):
         pass_probe_settings_to_workers(megatron("egpo.probe.enable=true"))
     pass_probe_settings_to_workers(megatron())
+
+
+@pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
+def test_the_probe_is_refused_on_verl_071s_engine_workers():
+    from egpo.main import pass_probe_settings_to_workers
+
+    with pytest.raises(EgpoConfigError, match="hooks no verl 0.7.1 engine worker"):
+        pass_probe_settings_to_workers(smoke("egpo.probe.enable=true", "trainer.use_legacy_worker_impl=disable"))
+    pass_probe_settings_to_workers(smoke("egpo.probe.enable=true"))
 
 
 USER_CONFIG = Path(__file__).resolve().parent / "data" / "user_config"

@@ -4,9 +4,9 @@
 ``quantile`` of the whole batch's valid response tokens (one threshold per batch, as Wang et al. define it, not per
 response or per micro-batch). The trainer hands verl's actor update that narrowed mask in place of
 ``response_mask``, so the loss's own aggregation (``loss_agg_mode``) runs over the kept tokens: token-mean divides
-by the kept tokens, not by every token with the others' advantages zeroed. verl 0.9.1's actor divides by the
-mini-batch's kept tokens across ranks; verl 0.7.1's legacy actor by each micro-batch's own, which the preflight
-warns about (:mod:`egpo.compat.losses`).
+by the kept tokens, not by every token with the others' advantages zeroed. verl's engine workers divide by the
+mini-batch's kept tokens across ranks; verl 0.7.1's legacy actor would divide by each micro-batch's own, so the
+trainer's start-up check refuses that actor for a quantile below 1.
 
 The threshold is an order statistic, never interpolated: with N valid tokens, k = ceil(quantile * N) (the quantile
 read as written in decimal, so 0.2 * 10 keeps 2), the threshold is the k-th largest entropy, and every valid token

@@ -1,22 +1,38 @@
-"""The actor/rollout worker verl builds, and egpo's replacement for a CPU run, per verl version.
+"""The actor/rollout worker verl builds, and egpo's replacement for a CPU run, per verl version and worker family.
 
-* 0.7.1: verl's FSDP worker (``fsdp_workers.AsyncActorRolloutRefWorker``); egpo's CPU worker and probe worker
+verl has two families of actor workers: the legacy ones (``fsdp_workers`` / ``megatron_workers``, whose FSDP actor
+is ``DataParallelPPOActor``) and the model-engine ones (``engine_workers``). ``trainer.use_legacy_worker_impl``
+chooses on verl 0.7.1 (``auto`` and ``enable``: legacy, verl's default; ``disable``: engine); verl 0.9.1 has only
+the engine workers.
+
+* 0.7.1 legacy: verl's FSDP worker (``fsdp_workers.AsyncActorRolloutRefWorker``); egpo's CPU worker and probe worker
   extend it.
-* 0.9.1: verl's engine worker (``engine_workers.ActorRolloutRefWorker``, the only one left); egpo's CPU worker
-  extends it, with the ``cpu`` platform; the probe worker sets its ``actor_worker_cls`` to a probed
-  ``TrainingWorker``.
+* 0.7.1 engine and 0.9.1: verl's engine worker (``engine_workers.ActorRolloutRefWorker``); egpo's CPU worker extends
+  it; on 0.9.1 the probe worker sets its ``actor_worker_cls`` to a probed ``TrainingWorker``.
 """
 
 from __future__ import annotations
 
 from egpo.compat.versions import verl_version
 
-VERL_WORKER = {"0.7.1": "verl.workers.fsdp_workers.AsyncActorRolloutRefWorker",
-               "0.9.1": "verl.workers.engine_workers.ActorRolloutRefWorker"}
-CPU_WORKER = {"0.7.1": "egpo.cpu.worker.CpuActorRolloutRefWorker",
-              "0.9.1": "egpo.cpu.engine_worker.CpuEngineActorRolloutRefWorker"}
-PROBE_WORKER = {"0.7.1": "egpo.probe.worker.ProbeActorRolloutRefWorker",
-                "0.9.1": "egpo.probe.engine_worker.ProbeEngineActorRolloutRefWorker"}
+# verl version -> the trainer.use_legacy_worker_impl values that build the legacy workers (empty: none exist)
+LEGACY_WORKER_SETTINGS = {"0.7.1": ("auto", "enable"), "0.9.1": ()}
+
+_ENGINE = "verl.workers.engine_workers.ActorRolloutRefWorker"
+_CPU_ENGINE = "egpo.cpu.engine_worker.CpuEngineActorRolloutRefWorker"
+# (verl version, worker family) -> verl's FSDP actor/rollout worker, egpo's CPU worker, egpo's probe worker
+VERL_WORKER = {("0.7.1", "legacy"): "verl.workers.fsdp_workers.AsyncActorRolloutRefWorker",
+               ("0.7.1", "engine"): _ENGINE, ("0.9.1", "engine"): _ENGINE}
+CPU_WORKER = {("0.7.1", "legacy"): "egpo.cpu.worker.CpuActorRolloutRefWorker",
+              ("0.7.1", "engine"): _CPU_ENGINE, ("0.9.1", "engine"): _CPU_ENGINE}
+PROBE_WORKER = {("0.7.1", "legacy"): "egpo.probe.worker.ProbeActorRolloutRefWorker",
+                ("0.9.1", "engine"): "egpo.probe.engine_worker.ProbeEngineActorRolloutRefWorker"}
+
+
+def worker_family(config, version: str | None = None) -> str:
+    """``"legacy"`` or ``"engine"``: the actor workers verl builds for this config."""
+    setting = str(config.trainer.get("use_legacy_worker_impl", "auto"))
+    return "legacy" if setting in LEGACY_WORKER_SETTINGS[version or verl_version()] else "engine"
 
 
 def _load(path: str):
@@ -26,16 +42,16 @@ def _load(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-def replacement_worker(verl_cls: type, on_cpu: bool, probe: bool) -> type | None:
+def replacement_worker(verl_cls: type, on_cpu: bool, probe: bool, family: str) -> type | None:
     """egpo's worker for this run, or None to keep verl's; refuses a verl worker egpo does not extend."""
     version = verl_version()
     if not (on_cpu or probe):
         return None
-    expected = _load(VERL_WORKER[version])
+    key = (version, family)
+    expected = _load(VERL_WORKER[key])
     if verl_cls is not expected:
         raise RuntimeError(
             f"verl {version} chose {verl_cls.__module__}.{verl_cls.__qualname__}, but egpo's workers extend "
-            f"{VERL_WORKER[version]}; set actor_rollout_ref.actor.strategy=fsdp2"
-            + (" and trainer.use_legacy_worker_impl=auto" if version == "0.7.1" else "")
+            f"{VERL_WORKER[key]}; set actor_rollout_ref.actor.strategy=fsdp2"
         )
-    return _load(CPU_WORKER[version] if on_cpu else PROBE_WORKER[version])
+    return _load(CPU_WORKER[key] if on_cpu else PROBE_WORKER[key])

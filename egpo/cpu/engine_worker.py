@@ -6,12 +6,16 @@ Selected by ``trainer.device=cpu`` on verl 0.9.1 (:mod:`egpo.compat.workers`), w
 * what every egpo CPU worker does (:mod:`egpo.cpu.worker_setup`): a ``gloo`` process group, the ``hf`` rollout in
   verl's rollout registry, and for ``rollout.name=sglang`` the trainer side of verl's weight push;
 * verl's FSDP engines registered for the ``cpu`` device (verl registers them for ``cuda`` and ``npu``);
+* ``torch.cpu`` memory statistics (:mod:`egpo.cpu.memory`) and, on verl 0.7.1 (whose engine workers it also serves,
+  ``trainer.use_legacy_worker_impl=disable``), verl's pure-torch padding helpers (:mod:`egpo.cpu.padding`);
 
 and the entropy probe's hook (:mod:`egpo.probe.engine_worker`), active when ``egpo.probe.enable``.
 """
 
 from __future__ import annotations
 
+from egpo.cpu.memory import install_cpu_memory_stats
+from egpo.cpu.padding import use_torch_padding
 from egpo.cpu.worker_setup import prepare_cpu_worker
 from egpo.probe.engine_worker import ProbeEngineActorRolloutRefWorker
 
@@ -32,5 +36,7 @@ def register_cpu_engines() -> None:
 class CpuEngineActorRolloutRefWorker(ProbeEngineActorRolloutRefWorker):
     def __init__(self, config, role: str, **kwargs):
         prepare_cpu_worker(config)
+        install_cpu_memory_stats()
+        use_torch_padding()
         register_cpu_engines()
         super().__init__(config, role, **kwargs)

@@ -35,23 +35,6 @@ def actor_entropy_findings(config) -> list[Finding]:
     return [warning("entropy", f"the actor's entropy ({use}) would be computed in bf16: {precision}")]
 
 
-def token_selection_findings(config) -> list[Finding]:
-    """The 80/20 rule on an actor that takes a token mean per micro-batch (verl 0.7.1's legacy worker)."""
-    from egpo.compat.losses import token_mean_per_micro_batch
-    from egpo.compat.versions import verl_version
-    from egpo.settings import EgpoSettings
-
-    settings = EgpoSettings.from_algorithm(config.algorithm)
-    mode = config.actor_rollout_ref.actor.get("loss_agg_mode", "token-mean")
-    if not settings.selects_tokens or mode != "token-mean" or not token_mean_per_micro_batch(config):
-        return []
-    return [warning("80/20", f"verl {verl_version()}'s legacy actor (trainer.use_legacy_worker_impl="
-                             f"{config.trainer.get('use_legacy_worker_impl', 'auto')}) divides the policy loss of each "
-                             "micro-batch by that micro-batch's own kept tokens, so a kept token weighs 1 / (the kept "
-                             "tokens packed with it), not 1 / (the batch's kept tokens) as the 80/20 rule defines it; "
-                             "verl 0.9.1's actor takes the batch's token mean: pip install -e '.[verl091]'")]
-
-
 def rollout_replicas(config) -> int:
     rollout = config.actor_rollout_ref.rollout
     per_replica = 1
@@ -108,4 +91,4 @@ def engine_version_findings(config) -> list[Finding]:
 
 def engine_findings(config) -> list[Finding]:
     return [*actor_entropy_findings(config), *seed_findings(config), *side_model_findings(config),
-            *engine_version_findings(config), *token_selection_findings(config)]
+            *engine_version_findings(config)]

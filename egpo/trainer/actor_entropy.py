@@ -22,6 +22,8 @@ corrupt it:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from egpo.settings import EgpoConfigError, EgpoSettings
@@ -40,10 +42,41 @@ def reads_actor_entropy(settings: EgpoSettings) -> bool:
     return settings.enabled and not settings.bypass_mode
 
 
+@dataclass(frozen=True)
+class ActorEntropyKeys:
+    """Where one verl FSDP actor reads the settings of its old-policy entropy."""
+
+    chunked: str  # turns on the chunked fp32 entropy (read on the remove-padding path only)
+    compile: tuple[str, ...]  # compile that function (``torch.compile(..., dynamic=True)``)
+    follows_param_dtype: bool  # the forward autocasts to ``mixed_precision.param_dtype`` (else bf16 always)
+
+
+# (verl version, worker family: egpo.compat.workers) -> its keys. 0.7.1's legacy actor reads the actor's keys and
+# autocasts to param_dtype; 0.7.1's engine reads its FSDP config's keys (not linked to the actor's) and autocasts to
+# bf16 whatever param_dtype says; 0.9.1's engine reads the FSDP config's, which default to the actor's. The chunked
+# function loops over the token count, so a compiled one specializes on it: 8 recompiles per worker under dynamic
+# batching, then eager for the rest of the run.
+ACTOR_ENTROPY_KEYS = {
+    ("0.7.1", "legacy"): ActorEntropyKeys(CHUNKED, (f"{ACTOR}.use_torch_compile", f"{ACTOR}.fsdp_config.use_torch_compile"), True),
+    ("0.7.1", "engine"): ActorEntropyKeys(f"{ACTOR}.fsdp_config.entropy_from_logits_with_chunking",
+                                          (f"{ACTOR}.fsdp_config.use_torch_compile",), False),
+    ("0.9.1", "engine"): ActorEntropyKeys(CHUNKED, (f"{ACTOR}.fsdp_config.use_torch_compile",), True),
+}
+
+
+def actor_entropy_keys(config: DictConfig, version: str | None = None) -> ActorEntropyKeys:
+    from egpo.compat.versions import verl_version
+    from egpo.compat.workers import worker_family
+
+    version = version or verl_version()
+    return ACTOR_ENTROPY_KEYS[(version, worker_family(config, version))]
+
+
 def forward_dtype_is_fp32(config: DictConfig) -> bool:
-    """FSDP's forward runs in fp32 (``mixed_precision.param_dtype``; verl's default is bf16)."""
+    """FSDP's forward runs in fp32 (``mixed_precision.param_dtype``, where the actor follows it; verl's default is
+    bf16)."""
     value = OmegaConf.select(config, PARAM_DTYPE, default="bf16")
-    return str(value).lower() in FP32_NAMES
+    return actor_entropy_keys(config).follows_param_dtype and str(value).lower() in FP32_NAMES
 
 
 def actor_entropy_precision(config: DictConfig) -> str:
@@ -53,31 +86,26 @@ def actor_entropy_precision(config: DictConfig) -> str:
         return "fp32"  # Float16Module hands fp32 logits to the vocab-parallel entropy
     if OmegaConf.select(config, FUSED, default=False) or forward_dtype_is_fp32(config):
         return "fp32"
+    chunked = actor_entropy_keys(config).chunked
     if not OmegaConf.select(config, REMOVE_PADDING, default=False):
         return (f"{REMOVE_PADDING}=false: verl's padded forward takes the entropy of the bf16 logits in bf16 "
-                f"(its chunked fp32 entropy, {CHUNKED}, is read only with remove-padding)")
-    if not OmegaConf.select(config, CHUNKED, default=False):
-        return f"{CHUNKED}=false: verl takes the entropy of the bf16 logits in bf16"
+                f"(its chunked fp32 entropy, {chunked}, is read only with remove-padding)")
+    if not OmegaConf.select(config, chunked, default=False):
+        return f"{chunked}=false: verl takes the entropy of the bf16 logits in bf16"
     return "fp32"
 
 
 UNFIXABLE_FIXES = ((f"{REMOVE_PADDING}=true",), (f"{FUSED}=true",))
-# The keys that compile verl's FSDP entropy function (``torch.compile(..., dynamic=True)``), per verl: 0.7.1's legacy
-# actor reads the actor's own key, both engines the FSDP config's. The chunked function loops over the token count,
-# so dynamo specializes on it: 8 recompiles per worker under dynamic batching, then eager for the rest of the run.
-ENTROPY_COMPILE_KEYS = {
-    "0.7.1": (f"{ACTOR}.use_torch_compile", f"{ACTOR}.fsdp_config.use_torch_compile"),
-    "0.9.1": (f"{ACTOR}.fsdp_config.use_torch_compile",),
-}
 
 
-def compiles_chunked_entropy(config: DictConfig, version: str) -> list[str]:
+def compiles_chunked_entropy(config: DictConfig, version: str | None = None) -> list[str]:
     """The keys that would compile verl's chunked entropy in this FSDP config (none where it is not chunked)."""
     if config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
         return []
-    if not OmegaConf.select(config, CHUNKED, default=False):
+    keys = actor_entropy_keys(config, version)
+    if not OmegaConf.select(config, keys.chunked, default=False):
         return []
-    return [key for key in ENTROPY_COMPILE_KEYS[version] if OmegaConf.select(config, key, default=True)]
+    return [key for key in keys.compile if OmegaConf.select(config, key, default=True)]
 
 
 def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print) -> None:
@@ -88,13 +116,12 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
     with open_dict(config):
         precision = actor_entropy_precision(config)
         if precision != "fp32" and OmegaConf.select(config, REMOVE_PADDING, default=False):
-            OmegaConf.update(config, CHUNKED, True, force_add=True)
-            echo(f"[egpo] {CHUNKED}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
+            chunked = actor_entropy_keys(config).chunked
+            OmegaConf.update(config, chunked, True, force_add=True)
+            echo(f"[egpo] {chunked}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
             precision = actor_entropy_precision(config)
         if precision == "fp32":
-            from egpo.compat.versions import verl_version
-
-            compiled = compiles_chunked_entropy(config, verl_version())
+            compiled = compiles_chunked_entropy(config)
             for key in compiled:
                 OmegaConf.update(config, key, False, force_add=True)
             if compiled:

@@ -10,6 +10,8 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
+from egpo.compat.versions import verl_version
+from egpo.compat.workers import worker_family
 from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoConfigError, EgpoSettings, fix_text
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
@@ -156,8 +158,10 @@ def check_cpu_backend(config: DictConfig) -> None:
         problems += _sglang_cpu_problems(config)
     elif name != "hf":
         problems.append(f"actor_rollout_ref.rollout.name=hf or sglang (got {name!r}; verl's other engines need a GPU)")
-    if config.trainer.get("use_legacy_worker_impl", "auto") == "disable":
-        problems.append("trainer.use_legacy_worker_impl=auto (the CPU worker extends verl's FSDP worker)")
+    engine_strategy = OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.strategy", default="fsdp")
+    if worker_family(config) == "engine" and engine_strategy != "fsdp2" and verl_version() == "0.7.1":
+        problems.append("++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl 0.7.1's engine worker builds FSDP1 "
+                        "from that key, which needs a GPU device id)")
     if config.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):
         problems.append("actor_rollout_ref.actor.strategy=fsdp2")
     attn = (config.actor_rollout_ref.model.get("override_config", None) or {}).get("attn_implementation", None)
@@ -194,10 +198,20 @@ def check_vllm_rollout_entropy(rollout: DictConfig, settings: EgpoSettings) -> N
                               (actor,)) from None
 
 
+def token_mean_per_micro_batch(config: DictConfig, settings: EgpoSettings) -> bool:
+    """The 80/20 rule narrows the mask of a token-mean loss that verl's actor divides per micro-batch (verl 0.7.1's
+    legacy ``DataParallelPPOActor``: its policy losses get no global token count, ``config.global_batch_info``, which
+    only its engine workers fill). At quantile 1 the mask is the full response mask, weighted as GRPO's own loss is."""
+    mode = config.actor_rollout_ref.actor.get("loss_agg_mode", "token-mean")
+    return (settings.token_selection == "top_entropy" and settings.top_entropy_quantile < 1 and mode == "token-mean"
+            and worker_family(config) == "legacy")
+
+
 def check_token_selection(config: DictConfig, settings: EgpoSettings) -> None:
     """``algorithm.egpo_token_selection=top_entropy`` narrows the response mask the whole actor loss reads, so it needs
-    egpo's estimator (the mask is set from the entropy it keeps) and a loss that is the policy gradient alone: verl's
-    entropy bonus and KL loss would be aggregated over the kept tokens only."""
+    egpo's estimator (the mask is set from the entropy it keeps), a loss that is the policy gradient alone (verl's
+    entropy bonus and KL loss would be aggregated over the kept tokens only) and an actor that takes that loss's token
+    mean over the whole mini-batch (:func:`token_mean_per_micro_batch`)."""
     if settings.token_selection != "top_entropy":
         return
     actor = config.actor_rollout_ref.actor
@@ -214,6 +228,14 @@ def check_token_selection(config: DictConfig, settings: EgpoSettings) -> None:
         problems.append("actor_rollout_ref.actor.use_kl_loss=false (the KL loss would be taken over the kept tokens "
                         "only)")
         fix.append("actor_rollout_ref.actor.use_kl_loss=false")
+    if token_mean_per_micro_batch(config, settings):
+        problems.append("trainer.use_legacy_worker_impl=disable (verl 0.7.1's default legacy actor divides the loss of "
+                        "each micro-batch by that micro-batch's own kept tokens, so a kept token would weigh 1 / (the "
+                        "kept tokens packed with it), not 1 / (the batch's kept tokens) as the rule defines it; verl's "
+                        "engine workers take the batch's token mean, as verl 0.9.1's do)")
+        fix.append("trainer.use_legacy_worker_impl=disable")
+        if config.trainer.get("device", "cuda") == "cpu":
+            fix.append("++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2")
     if problems:
         fixes = (tuple(fix),)
         raise EgpoConfigError(
