@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egpo.advantage import validate_egpo_coefficients, validate_egpo_variant
+from egpo.advantage.config import ENTROPY_SOURCES, EgpoAlgorithmConfig
 from egpo.advantage.registry import ESTIMATOR_NAME
-from egpo.advantage.token_selection import validate_token_selection
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
-ENTROPY_SOURCES = tuple(ENTROPY_KEY_BY_SOURCE)
 ENTROPY_ROLLOUTS = ("hf", "sglang", "vllm")  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 BYPASS = "algorithm.rollout_correction.bypass_mode"
@@ -58,6 +56,9 @@ def estimator_name(adv_estimator) -> str:
 
 @dataclass(frozen=True)
 class EgpoSettings:
+    """What a run's egpo does: :class:`egpo.advantage.config.EgpoAlgorithmConfig` (the keys' declarations and checks)
+    read from the config, with whether the estimator is egpo and whether verl skips the recompute (bypass mode)."""
+
     enabled: bool  # algorithm.adv_estimator == egpo
     entropy_source: str
     egpo_lambda: float
@@ -67,8 +68,8 @@ class EgpoSettings:
     cot_start_token_id: int | None
     cot_end_token_id: int | None
     bypass_mode: bool
-    token_selection: str = "all"  # algorithm.egpo_token_selection: all | top_entropy (the 80/20 rule)
-    top_entropy_quantile: float = 0.2  # algorithm.egpo_top_entropy_quantile
+    token_selection: str  # algorithm.egpo_token_selection: all | top_entropy (the 80/20 rule)
+    top_entropy_quantile: float  # algorithm.egpo_top_entropy_quantile
 
     @property
     def selects_tokens(self) -> bool:
@@ -101,46 +102,24 @@ class EgpoSettings:
     def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":
         """Reads and validates the algorithm node (the settings egpo needs, independent of a tokenizer).
         ``rollout_name`` (where known) tailors the suggested fixes to the engine."""
-        source = algorithm.get("entropy_source", "actor")
-        if source not in ENTROPY_SOURCES:
-            raise EgpoConfigError(
-                f"algorithm.entropy_source={source!r} is not one of {', '.join(repr(s) for s in ENTROPY_SOURCES)}: "
-                "'actor' uses the entropy of the old-log-prob recompute, 'rollout' the entropy the rollout engine "
-                "returns while sampling"
-            )
-        lam = float(algorithm.get("egpo_lambda", 0.4))
-        alpha = float(algorithm.get("egpo_alpha", 2.0))
-        granularity = str(algorithm.get("egpo_granularity", "response"))
-        span = str(algorithm.get("egpo_span", "cot"))
-        selection = str(algorithm.get("egpo_token_selection", "all"))
-        quantile = algorithm.get("egpo_top_entropy_quantile", 0.2)
         try:
-            validate_egpo_coefficients(lam, alpha)
-            validate_egpo_variant(granularity, span)
-            validate_token_selection(selection, quantile)
+            algo = EgpoAlgorithmConfig.from_node(algorithm)
         except ValueError as err:
             raise EgpoConfigError(str(err)) from None
-        ids = {}
-        for key in ("cot_start_token_id", "cot_end_token_id"):
-            value = algorithm.get(key, None)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise EgpoConfigError(f"algorithm.{key} must be a token id (int >= 0) or null (got {value!r})")
-            ids[key] = value
-        if ids["cot_start_token_id"] is not None and ids["cot_start_token_id"] == ids["cot_end_token_id"]:
-            raise EgpoConfigError("algorithm.cot_start_token_id and algorithm.cot_end_token_id must differ")
         correction = algorithm.get("rollout_correction", None) or {}
         settings = cls(
             enabled=estimator_name(algorithm.get("adv_estimator")) == ESTIMATOR_NAME,
-            entropy_source=source,
-            egpo_lambda=lam,
-            egpo_alpha=alpha,
-            granularity=granularity,
-            span=span,
+            entropy_source=algo.entropy_source,
+            egpo_lambda=algo.egpo_lambda,
+            egpo_alpha=algo.egpo_alpha,
+            granularity=algo.egpo_granularity,
+            span=algo.egpo_span,
+            cot_start_token_id=algo.cot_start_token_id,
+            cot_end_token_id=algo.cot_end_token_id,
             bypass_mode=bool(correction.get("bypass_mode", False)),
-            token_selection=selection,
-            top_entropy_quantile=float(quantile),
-            **ids,
+            token_selection=algo.egpo_token_selection,
+            top_entropy_quantile=algo.egpo_top_entropy_quantile,
         )
-        if settings.enabled and source == "actor" and settings.bypass_mode:
+        if settings.enabled and settings.entropy_source == "actor" and settings.bypass_mode:
             raise bypass_with_actor_entropy_error(rollout_name)
         return settings

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
+from egpo.advantage.config import EgpoAlgorithmConfig
 from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_outcome_advantage
 
 ESTIMATOR_NAME = "egpo"
@@ -38,10 +39,9 @@ def egpo_estimator(
         )
     if index is None:
         raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
-    cfg = config if config is not None else {}
-    start_id, end_id = cfg.get("cot_start_token_id", None), cfg.get("cot_end_token_id", None)
-    span = cfg.get("egpo_span", "cot")
-    if span == "response" and (start_id is None or end_id is None):  # no markers needed; none assumed
+    algo = EgpoAlgorithmConfig.from_node(config)
+    start_id, end_id = algo.cot_start_token_id, algo.cot_end_token_id
+    if algo.egpo_span == "response" and (start_id is None or end_id is None):  # no markers needed; none assumed
         start_id = end_id = None
     else:
         start_id = QWEN3_THINK_START if start_id is None else start_id
@@ -52,14 +52,14 @@ def egpo_estimator(
         index=index,
         token_level_entropy=token_level_entropy,
         responses=responses,
-        egpo_lambda=cfg.get("egpo_lambda", 0.4),
-        egpo_alpha=cfg.get("egpo_alpha", 2.0),
+        egpo_lambda=algo.egpo_lambda,
+        egpo_alpha=algo.egpo_alpha,
         cot_start_token_id=start_id,
         cot_end_token_id=end_id,
-        norm_adv_by_std_in_grpo=cfg.get("norm_adv_by_std_in_grpo", True),
+        norm_adv_by_std_in_grpo=(config or {}).get("norm_adv_by_std_in_grpo", True),  # verl's key and default
         starts_inside=starts_inside,
-        granularity=cfg.get("egpo_granularity", "response"),
-        span=span,
+        granularity=algo.egpo_granularity,
+        span=algo.egpo_span,
     )
 
 

@@ -2,7 +2,7 @@
 
 verl never turns the ``algorithm`` node into its dataclass in the training flow, so ``+algorithm.egpo_lamda=0.3``
 would run a whole job with the default ``egpo_lambda``. Every top-level key of ``algorithm`` must be one verl's
-``AlgoConfig`` or egpo's ``egpo/algorithm.yaml`` declares; every key under ``egpo`` one egpo declares. The error
+``AlgoConfig`` or egpo's ``EgpoAlgorithmConfig`` declares; every key under ``egpo`` one egpo declares. The error
 names the closest known key ("did you mean ...").
 """
 
@@ -13,10 +13,10 @@ import difflib
 
 from omegaconf import DictConfig, OmegaConf
 
+from egpo.advantage.config import ALGORITHM_KEYS
 from egpo.settings import EgpoConfigError
 
-EGPO_ALGORITHM_KEYS = ("entropy_source", "egpo_lambda", "egpo_alpha", "egpo_granularity", "egpo_span", "cot_start_token_id",
-                       "cot_end_token_id", "egpo_token_selection", "egpo_top_entropy_quantile")
+EGPO_ALGORITHM_KEYS = ALGORITHM_KEYS  # declared once, in egpo.advantage.config
 EGPO_KEYS = ("probe", "pass_at_k")
 PASS_AT_K_KEYS = ("solved_score",)
 

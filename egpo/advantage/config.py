@@ -1,0 +1,78 @@
+"""egpo's keys under verl's ``algorithm`` node, declared once: name, type, default, allowed values and a one-line doc.
+
+Everything else derives from :class:`EgpoAlgorithmConfig`: the YAML that merges the keys into verl's config
+(``egpo/config/egpo/algorithm.yaml``, tested equal), the unknown-key check's list, :class:`egpo.settings.EgpoSettings`
+and the registered estimator's arguments. The estimator itself (:mod:`egpo.advantage.egpo`) takes every setting as a
+required argument and keeps no default of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from egpo.advantage.egpo import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
+from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
+
+ENTROPY_SOURCES = ("actor", "rollout")
+
+
+def _key(default: Any, doc: str, choices: tuple = ()) -> Any:
+    return field(default=default, metadata={"doc": doc, "choices": choices})
+
+
+@dataclass(frozen=True)
+class EgpoAlgorithmConfig:
+    entropy_source: str = _key("actor", "actor: entropy of the old-log-prob recompute; rollout: entropy returned by "
+                                        "the rollout engine while sampling", ENTROPY_SOURCES)
+    egpo_lambda: float = _key(0.4, "weight of the clipped entropy bonus; 0 <= egpo_lambda < egpo_alpha")
+    egpo_alpha: float = _key(2.0, "the bonus is clipped to |A| / egpo_alpha (> 0)")
+    egpo_granularity: str = _key("response", "response: one bonus per response from the span's mean entropy (EGPO); "
+                                             "token: one bonus per token (Cheng et al. 2506.14758)", GRANULARITIES)
+    egpo_span: str = _key("cot", "cot: the entropy inside <think> ... </think>; response: over every valid response "
+                                 "token (no thinking markers needed)", SPANS)
+    egpo_token_selection: str = _key("all", "all: the policy gradient over every valid response token; top_entropy: "
+                                            "the 80/20 rule (Wang et al. 2506.01939)", TOKEN_SELECTIONS)
+    egpo_top_entropy_quantile: float = _key(0.2, "the fraction of the batch's valid response tokens top_entropy keeps, "
+                                                 "in (0, 1]")
+    cot_start_token_id: int | None = _key(None, "id of <think>; null: looked up from the tokenizer")
+    cot_end_token_id: int | None = _key(None, "id of </think>; null: looked up from the tokenizer")
+
+    def __post_init__(self):
+        for key in ("egpo_lambda", "egpo_alpha"):  # the quantile's own check names its type and bounds
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"algorithm.{key} must be a number (got {value!r}); the default is "
+                                 f"{ALGORITHM_DEFAULTS[key]}")
+        if self.entropy_source not in ENTROPY_SOURCES:
+            raise ValueError(
+                f"algorithm.entropy_source={self.entropy_source!r} is not one of "
+                f"{', '.join(repr(s) for s in ENTROPY_SOURCES)}: 'actor' uses the entropy of the old-log-prob "
+                "recompute, 'rollout' the entropy the rollout engine returns while sampling")
+        validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha)
+        validate_egpo_variant(self.egpo_granularity, self.egpo_span)
+        validate_token_selection(self.egpo_token_selection, self.egpo_top_entropy_quantile)
+        for key in ("cot_start_token_id", "cot_end_token_id"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"algorithm.{key} must be a token id (int >= 0) or null (got {value!r})")
+        if self.cot_start_token_id is not None and self.cot_start_token_id == self.cot_end_token_id:
+            raise ValueError("algorithm.cot_start_token_id and algorithm.cot_end_token_id must differ")
+
+    @classmethod
+    def from_node(cls, node) -> "EgpoAlgorithmConfig":
+        """egpo's keys from an ``algorithm`` node (any mapping; a key it lacks takes its declared default), checked."""
+        node = node if node is not None else {}
+        values = {}
+        for f in fields(cls):
+            value = node.get(f.name, f.default)
+            if f.type == "float" and not isinstance(value, bool) and isinstance(value, int):
+                value = float(value)
+            elif f.type == "str" and value is not None:
+                value = str(value)
+            values[f.name] = value
+        return cls(**values)
+
+
+ALGORITHM_KEYS = tuple(f.name for f in fields(EgpoAlgorithmConfig))
+ALGORITHM_DEFAULTS = {f.name: f.default for f in fields(EgpoAlgorithmConfig)}
