@@ -10,23 +10,12 @@ from dataclasses import dataclass
 
 from egpo.advantage.config import ENTROPY_SOURCES, EgpoAlgorithmConfig
 from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.errors import EgpoConfigError  # noqa: F401 - egpo.settings.EgpoConfigError, as callers import it
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
 ENTROPY_ROLLOUTS = ("hf", "sglang", "vllm")  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 BYPASS = "algorithm.rollout_correction.bypass_mode"
-
-
-class EgpoConfigError(ValueError):
-    """A configuration egpo cannot run; the message says what to change.
-
-    ``fixes``: where given, the alternatives the message offers, each a tuple of Hydra overrides that together
-    make the whole config pass (tested by applying them).
-    """
-
-    def __init__(self, message: str, fixes: tuple[tuple[str, ...], ...] = ()):
-        super().__init__(message)
-        self.fixes = fixes
 
 
 def fix_text(fixes: tuple[tuple[str, ...], ...]) -> str:

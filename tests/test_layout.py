@@ -22,6 +22,7 @@ def egpo_imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("folder, forbidden", [
     ("rollout", ("egpo.trainer", "egpo.main", "egpo.probe", "egpo.cpu", "egpo.ablation", "egpo.report")),
     ("advantage", ("egpo.trainer", "egpo.rollout", "egpo.main", "egpo.settings", "egpo.keys", "egpo.probe", "egpo.cpu")),
+    ("preflight", ("egpo.main", "egpo.ablation", "egpo.report")),  # everything before Ray, below the entry points
 ])
 def test_dependency_direction(folder, forbidden):
     offenders = {str(p.relative_to(PACKAGE)): sorted(m for m in egpo_imports(p) if m.startswith(forbidden))
@@ -30,6 +31,7 @@ def test_dependency_direction(folder, forbidden):
 
 
 def test_shared_names_sit_below_rollout_and_trainer():
+    assert not egpo_imports(PACKAGE / "errors.py")  # below everything
     for name in ("keys.py", "settings.py"):
         assert not {m for m in egpo_imports(PACKAGE / name) if m.startswith(("egpo.trainer", "egpo.rollout"))}
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from egpo.compat.versions import verl_version
+from egpo.errors import IncompatibleDependencyError
 
 # tested version -> the module holding TaskRunner (whose run builds RayPPOTrainer by that module's global name)
 RUNNER_MODULE = {"0.7.1": "verl.trainer.main_ppo", "0.9.1": "verl.trainer.main_ppo_v0"}
@@ -23,7 +24,7 @@ RUNNER_BASE = {"0.7.1": "TaskRunner", "0.9.1": "BaseTaskRunner"}
 TRAINER_NAME = "RayPPOTrainer"
 
 
-class VerlEntryShapeError(RuntimeError):
+class VerlEntryShapeError(IncompatibleDependencyError):
     pass
 
 

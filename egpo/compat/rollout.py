@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 
 from egpo.compat.versions import verl_version
+from egpo.errors import IncompatibleDependencyError
 
 MANAGER_OWNS_REPLICAS = {"0.7.1": True, "0.9.1": False}
 TOOL_LOOP_MERGES_TOKENS = {"0.7.1": False, "0.9.1": True}
@@ -39,7 +40,7 @@ REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica",
 ONLY_FOR_ROLLOUT_ENTROPY = ("vllm",)
 
 
-class VerlRolloutShapeError(RuntimeError):
+class VerlRolloutShapeError(IncompatibleDependencyError):
     pass
 
 

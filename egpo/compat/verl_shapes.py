@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from egpo.compat.versions import verl_version
+from egpo.errors import IncompatibleDependencyError
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ VERL_RELIANCES: dict[str, tuple[Reliance, ...]] = {
 }
 
 
-class VerlShapeError(RuntimeError):
+class VerlShapeError(IncompatibleDependencyError):
     pass
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from egpo.errors import IncompatibleDependencyError
+
 TESTED_VERL = ("0.7.1", "0.9.1")
 INSTALL = {"0.7.1": "pip install -e '.[verl071]'", "0.9.1": "pip install -e '.[verl091]'"}
 
 
-class UnsupportedVerlError(RuntimeError):
+class UnsupportedVerlError(IncompatibleDependencyError):
     pass
 
 

@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 
 from egpo.compat.versions import verl_version
+from egpo.errors import IncompatibleDependencyError
 
 TARGET = "verl.utils.attention_utils._get_attention_functions"
 SOURCE = "verl.utils.npu_flash_attn_utils"
@@ -23,7 +24,7 @@ FUNCTIONS = ("index_first_axis", "pad_input", "rearrange", "unpad_input")  # the
 NEEDS_FLASH_ATTN = {"0.7.1": True, "0.9.1": False}
 
 
-class PaddingPatchTargetError(RuntimeError):
+class PaddingPatchTargetError(IncompatibleDependencyError):
     pass
 
 

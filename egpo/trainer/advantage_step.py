@@ -18,13 +18,14 @@ from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 from egpo.advantage import compute_egpo_advantage_with_diagnostics, prompt_ends_inside_think
 from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.advantage.token_selection import top_entropy_mask
+from egpo.errors import IncompatibleDependencyError
 from egpo.settings import EgpoSettings
 from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
 
 
-class VerlShapeError(RuntimeError):
+class VerlShapeError(IncompatibleDependencyError):
     """verl no longer has the shape this version of egpo extends."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 
+from egpo.errors import IncompatibleDependencyError
 
-class SglangPatchTargetError(RuntimeError):
+
+class SglangPatchTargetError(IncompatibleDependencyError):
     """An sglang function or attribute egpo patches no longer has the shape egpo was written against."""
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from egpo.compat.version_ranges import bracket_note, candidates, describe
+from egpo.errors import IncompatibleDependencyError
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ RANGES = (("0.5.6.post2", "0.5.6.post2"), ("0.5.12", "0.5.12"), ("0.5.20", "0.5.
 STACK_PINS = tuple(v for v, t in TARGETS.items() if t.verl != "next")  # the sglang of each released verl stack
 
 
-class UnsupportedSglangError(RuntimeError):
+class UnsupportedSglangError(IncompatibleDependencyError):
     pass
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from egpo.compat.version_ranges import bracket_note, candidates, describe
+from egpo.errors import IncompatibleDependencyError
 
 
-class VllmPatchTargetError(RuntimeError):
+class VllmPatchTargetError(IncompatibleDependencyError):
     """The installed vLLM is not one egpo patches, or a patch target lost the shape egpo was written against."""
 
 
