@@ -1,135 +1,73 @@
-"""``python -m egpo.main``: verl's PPO entry point with egpo's trainer, estimator and start-up checks.
+"""``python -m egpo.main``: verl's PPO entry point with egpo's trainer and estimator.
 
     python -m egpo.main algorithm.adv_estimator=egpo algorithm.entropy_source=rollout ...
+
+Before Hydra composes, verl's config names and misspelled keys on the command line are answered; before Ray starts,
+:func:`egpo.preflight.prepare.prepare_config` completes and checks the config. Every refusal is printed as egpo's
+own lines, with its fix, and exits non-zero without a traceback.
 """
 
 from __future__ import annotations
 
 import hydra
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl.trainer import main_ppo
 
 from egpo.advantage.registry import register as register_estimator
-from egpo.compat.stack import check_stack
-from egpo.preflight.paths import resolve_local_paths
+from egpo.errors import EgpoError
+from egpo.preflight.prepare import prepare_config
 from egpo.runner import EgpoTaskRunner
-from egpo.settings import EgpoSettings
-from egpo.trainer.actor_entropy import prepare_actor_entropy
-from egpo.trainer.config import load_tokenizer, resolve_think_token_ids
-from egpo.trainer.key_check import check_unknown_keys
-from egpo.trainer.startup_checks import (
-    check_cpu_backend,
-    check_ray_cluster_settings,
-    check_rollout_entropy_path,
-    check_token_selection,
-    select_agent_loop_manager,
-)
-
-
-def build_demo_if_missing(config: DictConfig) -> None:
-    """Recipes with an ``egpo_demo`` node (recipes/cpu_smoke.yaml) get the tiny model and task built on first use."""
-    demo = config.get("egpo_demo", None)
-    if demo and demo.get("build_if_missing", False):
-        from egpo.demo.build import build
-
-        build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)))
-
-
-def pass_probe_settings_to_workers(config: DictConfig) -> None:
-    """``egpo.probe.*`` (validated here) travels to the actor workers inside ``actor_rollout_ref``."""
-    from omegaconf import open_dict
-
-    from egpo.probe.settings import WORKER_KEY, ProbeSettings
-
-    node = OmegaConf.select(config, "egpo.probe", default=None)
-    if ProbeSettings.from_config(node).enable and config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
-        from egpo.settings import EgpoConfigError
-
-        raise EgpoConfigError(
-            "egpo.probe.enable=true hooks verl's FSDP actor, but actor_rollout_ref.actor.strategy=megatron; set "
-            "++egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
-        )
-    if ProbeSettings.from_config(node).enable:
-        from egpo.compat.versions import verl_version
-        from egpo.compat.workers import PROBE_WORKER, worker_family
-
-        family = worker_family(config)
-        if (verl_version(), family) not in PROBE_WORKER:
-            from egpo.settings import EgpoConfigError
-
-            raise EgpoConfigError(f"egpo.probe.enable=true hooks no verl {verl_version()} {family} worker; set "
-                                  "++egpo.probe.enable=false (or trainer.use_legacy_worker_impl=auto)")
-    with open_dict(config.actor_rollout_ref):
-        config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}
-
-
-def prepare_config(config: DictConfig, preflight: bool = True) -> DictConfig:
-    """Start-up checks, before Ray or any worker starts. Fills the think-token ids from the tokenizer.
-
-    ``preflight``: also the cheap preflight checks (data files, loggers, batch arithmetic, the run's generation
-    budget; :func:`egpo.preflight.startup_preflight`); ``python -m egpo.preflight`` runs them itself, all of them.
-    """
-    from verl.experimental.reward_loop import migrate_legacy_reward_impl
-    from verl.utils.device import auto_set_device
-
-    check_unknown_keys(config)
-    check_stack(config)
-    rollout_name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
-    settings = EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name)
-    build_demo_if_missing(config)
-    resolve_local_paths(config)
-    pass_probe_settings_to_workers(config)
-    if config.trainer.get("device", "cuda") == "cpu":
-        from egpo.cpu.platform import select_cpu_platform
-
-        select_cpu_platform(config)
-    auto_set_device(config)
-    check_ray_cluster_settings(config)
-    check_cpu_backend(config)
-    select_agent_loop_manager(config, settings)
-    check_rollout_entropy_path(config, settings)
-    check_token_selection(config, settings)
-    prepare_actor_entropy(config, settings)
-    config = migrate_legacy_reward_impl(config)
-    if settings.enabled:
-        resolve_think_token_ids(config, load_tokenizer(config))
-    if preflight:
-        from egpo.preflight import startup_preflight
-
-        startup_preflight(config)
-    return config
 
 
 def run(config: DictConfig) -> None:
     register_estimator()
-    config = prepare_config(config)
+    try:
+        config = prepare_config(config)
+    except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
+        raise SystemExit(refusal(str(err))) from None
     from egpo.trainer.placement import OnDriverNode
 
     main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 
 
-# verl's config names with egpo's equivalent (verl's + egpo's keys), found without --config-path
+def refusal(message: str) -> str:
+    return f"[egpo] refused before anything started: {message}"
+
+
+# verl's config names (Hydra accepts them with or without .yaml) with egpo's equivalent (verl's + egpo's keys)
 EGPO_EQUIVALENTS = {"ppo_trainer": "egpo_trainer", "ppo_megatron_trainer": "egpo_megatron_trainer"}
 
 
-def refuse_verl_config_name(argv: list[str]) -> None:
-    """``--config-name=ppo_megatron_trainer`` without ``--config-path``: Hydra would say only "Cannot find primary
-    config"; egpo ships the same config with its keys under another name."""
+def _config_args(argv: list[str]) -> tuple[str | None, str | None]:
+    """``--config-name`` and ``--config-path`` (or ``--config-dir``) as Hydra reads them, ``=`` or space form."""
     args = iter(argv)
-    name, has_path = None, False
+    name = path = None
     for arg in args:
-        key, _, value = arg.partition("=")
+        key, has_value, value = arg.partition("=")
         if key in ("--config-name", "-cn"):
-            name = value or next(args, None)
+            name = value if has_value else next(args, None)
         elif key in ("--config-path", "-cp", "--config-dir", "-cd"):
-            has_path = True
-    if name in EGPO_EQUIVALENTS and not has_path:
-        raise SystemExit(
-            f"--config-name={name} is verl's config; egpo.main ships it with egpo's keys as "
-            f"--config-name={EGPO_EQUIVALENTS[name]} (or give --config-path to your own copy of {name})"
-        )
+            path = value if has_value else next(args, None)
+    return name, path
+
+
+def verl_config_name_problems(argv: list[str]) -> list[str]:
+    """``--config-name=ppo_trainer`` (verl's name, as verl's example scripts pass it) where Hydra would not find it:
+    without ``--config-path``, or with one that holds no such file. Hydra would say only "Cannot find primary
+    config"; egpo ships the same config with its keys under another name."""
+    from pathlib import Path
+
+    name, path = _config_args(argv)
+    stem = name[:-len(".yaml")] if name and name.endswith(".yaml") else name
+    if stem not in EGPO_EQUIVALENTS:
+        return []
+    if path and any((base / path / f"{stem}.yaml").is_file() for base in (Path.cwd(), Path(__file__).parent)):
+        return []  # the user's own copy
+    where = f"it is not in --config-path={path}" if path else "egpo.main does not read verl's config folder"
+    return [f"--config-name={name} is verl's config and {where}; egpo.main ships it with egpo's keys: "
+            f"{'drop --config-path and ' if path else ''}use --config-name={EGPO_EQUIVALENTS[stem]}"]
 
 
 @hydra.main(config_path="config", config_name="egpo_trainer", version_base=None)
@@ -140,7 +78,12 @@ def hydra_main(config: DictConfig) -> None:
 def main() -> None:
     import sys
 
-    refuse_verl_config_name(sys.argv[1:])
+    from egpo.trainer.key_check import misspelled_override_problems
+
+    argv = sys.argv[1:]
+    problems = [*verl_config_name_problems(argv), *misspelled_override_problems(argv)]
+    if problems:
+        raise SystemExit(refusal("; ".join(problems) + ". Nothing was started."))
     hydra_main()
 
 

@@ -315,3 +315,31 @@ def test_the_8020_rule_on_a_micro_batch_token_mean_is_refused_and_the_fix_passes
     assert status == 0 and "own kept tokens" not in findings_text(lines)
     status, lines = qwen3(workdir, demo, monkeypatch, *ARMS["grpo"])
     assert "own kept tokens" not in findings_text(lines)
+
+
+def test_every_problem_of_a_config_is_listed_each_on_its_line_offline_too(demo, workdir, monkeypatch):
+    """Several problems at once (a misspelled key, an unknown entropy source, a hub model this machine cannot
+    reach): every one is listed, each on its line, within seconds, and the checks that do not depend on them still
+    run (the data files, the batch arithmetic)."""
+    import time
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens, as offline
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    start = time.monotonic()
+    status, lines = qwen3(workdir, demo, monkeypatch, "+algorithm.egpo_lamda=0.3", "algorithm.entropy_source=engine",
+                          "actor_rollout_ref.model.path=egpo-test/no-such-model")
+    elapsed = time.monotonic() - start
+    errors = [line for line in lines if line.startswith("X ")]
+    assert status == 1 and elapsed < 30, (elapsed, lines)
+    assert any("did you mean algorithm.egpo_lambda?" in line for line in errors), lines
+    assert any("algorithm.entropy_source='engine' is not one of" in line for line in errors), lines
+    assert any("egpo-test/no-such-model is not in this machine's Hugging Face cache and the hub (127.0.0.1:9)" in line
+               for line in errors), lines
+    assert any(line.startswith("  ") and "data" in line for line in lines[1:]), lines  # data checks still ran
+    assert lines[-1] == f"{len(errors)} error(s), {sum(line.startswith('! ') for line in lines)} warning(s)"
+
+
+def test_a_local_model_path_with_a_typo_is_named(demo, workdir, monkeypatch):
+    status, lines = qwen3(workdir, demo, monkeypatch, f"actor_rollout_ref.model.path={demo / 'modle'}")
+    assert status == 1
+    assert any(f"actor_rollout_ref.model.path={demo / 'modle'} is no folder on this machine" in line for line in lines)

@@ -234,17 +234,40 @@ def test_every_key_of_the_shipped_configs_is_known():
             check_unknown_keys(compose(config_name=name))
 
 
-def test_a_misspelled_key_stops_the_main_job_before_ray(tmp_path):
+@pytest.mark.parametrize("override", ["+algorithm.egpo_lamda=0.3", "algorithm.egpo_lamda=0.3",
+                                      "++algorithm.egpo_lamda=0.3", "egpo.probe.atribution=true"])
+def test_a_misspelled_key_stops_the_main_job_before_ray(tmp_path, override):
+    """With or without +: egpo answers with the nearest key in one try (Hydra alone would suggest appending the
+    misspelled key with +), as its own line, without a traceback."""
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
-                           f"egpo_demo.out={tmp_path / 'demo'}", "+algorithm.egpo_lamda=0.3"],
+                           f"egpo_demo.out={tmp_path / 'demo'}", override],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert "did you mean algorithm.egpo_lambda?" in proc.stderr + proc.stdout
+    key = override.lstrip("+").split("=")[0]
+    nearest = {"algorithm.egpo_lamda": "algorithm.egpo_lambda", "egpo.probe.atribution": "egpo.probe.attribution"}[key]
+    assert f"did you mean {nearest}?" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "To append to your config use" not in proc.stderr
     assert "ray init kwargs" not in proc.stdout + proc.stderr  # verl prints it just before ray.init
     assert not (tmp_path / "demo").exists()  # refused before anything was built
+
+
+def test_every_refusal_of_the_main_job_is_listed_as_egpos_lines_before_anything_is_built(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
+                           f"egpo_demo.out={tmp_path / 'demo'}", "algorithm.entropy_source=engine",
+                           "~ray_kwargs.ray_init.num_gpus"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == "[egpo] refused before anything started: 2 problems:", proc.stderr
+    assert lines[1].startswith("X algorithm  algorithm.entropy_source='engine' is not one of")
+    assert lines[2].startswith("X cpu        trainer.device=cpu needs: ++ray_kwargs.ray_init.num_gpus=1")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "demo").exists()
 
 
 def flat(node: dict, prefix: str = "") -> dict:
@@ -319,7 +342,7 @@ def test_megatron_config_composes_with_egpos_keys_and_checks():
 
 
 def test_the_probe_is_refused_on_megatron():
-    from egpo.main import pass_probe_settings_to_workers
+    from egpo.preflight.prepare import pass_probe_settings_to_workers
 
     with pytest.raises(EgpoConfigError, match="egpo.probe.enable=false"):
         pass_probe_settings_to_workers(megatron("egpo.probe.enable=true"))
@@ -328,7 +351,7 @@ def test_the_probe_is_refused_on_megatron():
 
 @pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
 def test_the_probe_is_refused_on_verl_071s_engine_workers():
-    from egpo.main import pass_probe_settings_to_workers
+    from egpo.preflight.prepare import pass_probe_settings_to_workers
 
     with pytest.raises(EgpoConfigError, match="hooks no verl 0.7.1 engine worker"):
         pass_probe_settings_to_workers(smoke("egpo.probe.enable=true", "trainer.use_legacy_worker_impl=disable"))

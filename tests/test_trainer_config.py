@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from egpo.settings import EgpoConfigError, EgpoSettings
+from test_recipes import RECIPES
 from egpo.trainer.config import lookup_think_token_ids, resolve_think_token_ids, warn_on_temperature_mismatch
 
 
@@ -158,10 +159,19 @@ def test_temperature_mismatch_is_reported_when_entropies_are_compared():
 @pytest.mark.parametrize("args, equivalent", [
     (["--config-name=ppo_megatron_trainer"], "egpo_megatron_trainer"),
     (["--config-name", "ppo_trainer"], "egpo_trainer"),
+    (["--config-name=ppo_trainer.yaml"], "egpo_trainer"),
+    ([f"--config-path={RECIPES}", "--config-name=ppo_trainer"], "egpo_trainer"),
 ])
 def test_verls_config_name_points_to_egpos(args, equivalent):
     proc = run_main(*args, "--cfg", "job")
     assert proc.returncode != 0
-    assert f"--config-name={equivalent}" in proc.stderr and "Cannot find primary config" not in proc.stderr
+    assert f"use --config-name={equivalent}" in proc.stderr and "Cannot find primary config" not in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("[egpo] refused"), proc.stderr
     # the suggested name composes
     assert run_main(f"--config-name={equivalent}", "--cfg", "job").returncode == 0
+
+
+def test_a_users_own_copy_of_verls_config_name_is_read(tmp_path):
+    (tmp_path / "ppo_trainer.yaml").write_text("own_copy: true\n")
+    proc = run_main(f"--config-path={tmp_path}", "--config-name=ppo_trainer", "--cfg", "job")
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout) == {"own_copy": True}, proc.stderr

@@ -22,7 +22,17 @@ __all__ = ["Finding", "preflight_findings", "startup_preflight"]
 
 
 def preflight_findings(config, tokenizer=None) -> list[Finding]:
-    """Every finding for a prepared config; with a tokenizer also the prompt lengths (seconds per 10k prompts)."""
+    """Every finding for a prepared config; with a tokenizer also the prompt lengths (seconds per 10k prompts). The
+    ``algorithm`` settings are read once; where they are refused (a finding of :mod:`egpo.preflight.prepare`), the
+    figures that depend on them are left out, and a warning says so."""
+    from egpo.errors import EgpoError
+    from egpo.preflight.findings import warning
+    from egpo.settings import EgpoSettings
+
+    try:
+        settings = EgpoSettings.from_algorithm(config.algorithm)
+    except EgpoError:
+        settings = None
     findings: list[Finding] = []
     rows = {}
     for key in ("data.train_files", "data.val_files"):
@@ -38,10 +48,15 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
             if kept is not None:
                 rows[key] = kept
     findings += budget_findings(config, rows["data.train_files"], rows["data.val_files"])
-    findings += scale_findings(config, planned_steps(config, rows["data.train_files"])[0])
+    if settings is not None:
+        findings += scale_findings(config, planned_steps(config, rows["data.train_files"])[0], settings)
+    else:
+        findings.append(warning("scale", "what egpo adds per GPU, on the driver and on disk, and the engines' "
+                                         "findings, were not computed: fix algorithm.* first"))
     findings += logger_findings(config)
     findings += batch_findings(config)
-    findings += engine_findings(config)
+    if settings is not None:
+        findings += engine_findings(config, settings)
     return findings
 
 

@@ -26,25 +26,27 @@ def compose(config_path: str | None, config_name: str, overrides: list[str]):
 
 def run(config_path: str | None, config_name: str, overrides: list[str],
         print_config: bool = False) -> tuple[int, list[str]]:
-    from egpo.main import prepare_config
     from egpo.preflight import preflight_findings
     from egpo.preflight.findings import error
-    from egpo.settings import EgpoConfigError
+    from egpo.preflight.model_source import model_source_problem
+    from egpo.preflight.prepare import prepare
     from egpo.trainer.config import load_tokenizer
 
-    config = compose(config_path, config_name, overrides)
-    findings = []
-    try:
-        config = prepare_config(config, preflight=False)
-    except EgpoConfigError as err:
-        findings.append(error("start-up", str(err)))
+    prepared = prepare(compose(config_path, config_name, overrides), preflight=False)
+    config, findings = prepared.config, list(prepared.findings)
     tokenizer = None
-    try:
-        tokenizer = load_tokenizer(config)
-    except Exception as err:  # noqa: BLE001 - any failure to load is reported, not raised
-        findings.append(error("model", f"cannot load the tokenizer of actor_rollout_ref.model.path="
-                                       f"{config.actor_rollout_ref.model.path} ({type(err).__name__}: {err}); prompt "
-                                       "lengths were not measured"))
+    problem = model_source_problem(config.actor_rollout_ref.model.path)
+    if any(f.topic == "model" for f in findings):
+        pass  # prepare could not read it either, and said why
+    elif problem:
+        findings.append(error("model", f"{problem}; prompt lengths were not measured"))
+    else:
+        try:
+            tokenizer = load_tokenizer(config)
+        except Exception as err:  # noqa: BLE001 - any failure to load is reported, not raised
+            findings.append(error("model", f"cannot load the tokenizer of actor_rollout_ref.model.path="
+                                           f"{config.actor_rollout_ref.model.path} ({type(err).__name__}: {err}); "
+                                           "prompt lengths were not measured"))
     findings += preflight_findings(config, tokenizer)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)

@@ -20,11 +20,11 @@ def _select(config, key, default=None):
     return OmegaConf.select(config, key, default=default, throw_on_missing=False)
 
 
-def actor_entropy_findings(config) -> list[Finding]:
+def actor_entropy_findings(config, settings=None) -> list[Finding]:
     from egpo.settings import EgpoSettings
     from egpo.trainer.actor_entropy import actor_entropy_precision, reads_actor_entropy
 
-    settings = EgpoSettings.from_algorithm(config.algorithm)
+    settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     if not reads_actor_entropy(settings):
         return []
     use = "the bonus" if settings.entropy_source == "actor" else "the rollout-vs-actor agreement"
@@ -89,6 +89,6 @@ def engine_version_findings(config) -> list[Finding]:
     return [warning("engines", note)] if note else []
 
 
-def engine_findings(config) -> list[Finding]:
-    return [*actor_entropy_findings(config), *seed_findings(config), *side_model_findings(config),
+def engine_findings(config, settings=None) -> list[Finding]:
+    return [*actor_entropy_findings(config, settings), *seed_findings(config), *side_model_findings(config),
             *engine_version_findings(config)]

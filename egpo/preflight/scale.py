@@ -171,11 +171,11 @@ def entropy_saved_bytes(config, tokens: int, vocab: int) -> int:
     return tokens * vocab * dtype_bytes  # the softmax, in the logits' dtype
 
 
-def gpu_findings(config, shape: ModelShape) -> list[Finding]:
+def gpu_findings(config, shape: ModelShape, settings=None) -> list[Finding]:
     from egpo.settings import EgpoSettings
-    from egpo.trainer.actor_entropy import reads_actor_entropy
+    from egpo.trainer.actor_entropy import actor_entropy_keys, reads_actor_entropy
 
-    settings = EgpoSettings.from_algorithm(config.algorithm)
+    settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     findings = []
     tokens, vocab = update_tokens_per_gpu(config), shape.vocab_size
     reason = update_entropy_reason(config)
@@ -193,7 +193,7 @@ def gpu_findings(config, shape: ModelShape) -> list[Finding]:
         else:
             findings.append(fact("gpu", text))
     if settings.enabled and reads_actor_entropy(settings) and \
-            config.actor_rollout_ref.actor.get("entropy_from_logits_with_chunking", False) and \
+            _select(config, actor_entropy_keys(config).chunked, False) and \
             not _select(config, "actor_rollout_ref.model.use_fused_kernels", False):
         chunk = int(config.actor_rollout_ref.actor.get("entropy_from_logits_chunk_size", 2048) or 2048)
         rows = min(chunk, recompute_tokens_per_gpu(config))
@@ -204,11 +204,11 @@ def gpu_findings(config, shape: ModelShape) -> list[Finding]:
     return findings
 
 
-def driver_findings(config) -> list[Finding]:
+def driver_findings(config, settings=None) -> list[Finding]:
     """Host memory egpo holds on the driver per step (transient; freed with the batch)."""
     from egpo.settings import EgpoSettings
 
-    settings = EgpoSettings.from_algorithm(config.algorithm)
+    settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     if not settings.enabled:
         return []
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
@@ -297,7 +297,7 @@ def ablation_disk_finding(config, runs: int, keep: int, out: Path) -> Finding | 
                         "starts from)", lambda k: f"--keep {k - 1}" if k - 1 >= 2 else None)
 
 
-def scale_findings(config, steps: int | None = None) -> list[Finding]:
+def scale_findings(config, steps: int | None = None, settings=None) -> list[Finding]:
     """What egpo adds per GPU and on the driver, and the run's checkpoint footprint, for a prepared config."""
     shape = model_shape(config)
     if shape is None:
@@ -305,8 +305,8 @@ def scale_findings(config, steps: int | None = None) -> list[Finding]:
                               "config.json): per-GPU and checkpoint figures not computed")]
     findings = [fact("scale", f"{_count(shape.parameters)} parameters, vocabulary {shape.vocab_size:,} "
                               f"({shape.source})")]
-    findings += gpu_findings(config, shape)
-    findings += driver_findings(config)
+    findings += gpu_findings(config, shape, settings)
+    findings += driver_findings(config, settings)
     checkpoint = run_checkpoint_finding(config, shape, steps)
     if checkpoint is not None:
         findings.append(checkpoint)

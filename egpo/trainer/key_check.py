@@ -38,6 +38,39 @@ def _unknown(node, known: tuple[str, ...], prefix: str) -> list[str]:
     return problems
 
 
+def _override_key(override: str) -> str | None:
+    """The dotted key of a Hydra command-line override (``key=value``, ``+key=v``, ``++key=v``, ``~key``), or None
+    for anything else (a flag, a config-group choice with ``@``)."""
+    if override.startswith("-"):
+        return None
+    key, assigns, _ = override.lstrip("+~").partition("=")
+    if not key or "@" in key or not (assigns or override.startswith("~")):
+        return None
+    return key
+
+
+def misspelled_override_problems(overrides: list[str]) -> list[str]:
+    """Command-line overrides of keys under ``algorithm`` or ``egpo`` that neither verl nor egpo declares, with the
+    closest key: checked before Hydra composes, which would answer a key given without ``+`` by suggesting that the
+    misspelled key be appended with ``+``."""
+    from egpo.probe.settings import KNOWN
+
+    known = {"algorithm": verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "egpo": EGPO_KEYS,
+             "egpo.probe": tuple(sorted(KNOWN)), "egpo.pass_at_k": PASS_AT_K_KEYS}
+    problems = []
+    for override in overrides:
+        key = _override_key(override)
+        if key is None:
+            continue
+        parts = key.split(".")
+        for depth in (2, 1):  # egpo.probe.x before egpo.x; algorithm's own keys (nested ones are verl's)
+            prefix = ".".join(parts[:depth])
+            if prefix in known and len(parts) > depth:
+                problems += _unknown({parts[depth]: None}, known[prefix], prefix)
+                break
+    return problems
+
+
 def check_unknown_keys(config: DictConfig) -> None:
     problems = _unknown(config.algorithm, verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "algorithm")
     egpo = OmegaConf.select(config, "egpo", default=None)
