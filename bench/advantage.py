@@ -19,6 +19,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.advantage import compute_cot_mask, compute_egpo_outcome_advantage
+from egpo.advantage.config import ALGORITHM_DEFAULTS
 
 START, END = 151667, 151668
 
@@ -56,6 +57,8 @@ def main() -> None:
 
     def egpo(granularity, span):
         return lambda: compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses,  # noqa: E731
+                                                      egpo_lambda=ALGORITHM_DEFAULTS["egpo_lambda"],
+                                                      egpo_alpha=ALGORITHM_DEFAULTS["egpo_alpha"],
                                                       cot_start_token_id=START, cot_end_token_id=END,
                                                       granularity=granularity, span=span)
 

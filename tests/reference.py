@@ -101,3 +101,19 @@ def entropy_rows_ref(logits, temperature=None, top_k: int = 0) -> list[float]:
         p = torch.softmax(row, dim=0)
         out.append(-sum(float(q) * math.log(float(q)) for q in p if q > 0))
     return out
+
+
+def with_declared_defaults(estimator):
+    """egpo's estimator (which takes every setting as a required keyword) with the defaults egpo declares for its
+    ``algorithm.*`` keys (egpo.advantage.config) and Qwen3's thinking markers, for what a test call leaves out."""
+    from egpo.advantage.config import ALGORITHM_DEFAULTS
+    from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START
+
+    defaults = {"egpo_lambda": ALGORITHM_DEFAULTS["egpo_lambda"], "egpo_alpha": ALGORITHM_DEFAULTS["egpo_alpha"],
+                "granularity": ALGORITHM_DEFAULTS["egpo_granularity"], "span": ALGORITHM_DEFAULTS["egpo_span"],
+                "cot_start_token_id": QWEN3_THINK_START, "cot_end_token_id": QWEN3_THINK_END}
+
+    def call(*args, **kwargs):
+        return estimator(*args, **{**defaults, **kwargs})
+
+    return call

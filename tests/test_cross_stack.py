@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from egpo.advantage import compute_egpo_outcome_advantage
+from egpo import advantage
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "egpo_advantages_golden.json"
 S, E = 3, 4
@@ -39,9 +39,10 @@ def results() -> list[list[str]]:
     out = []
     for case in CASES:
         rewards, mask, index, entropy, responses = inputs(case["seed"])
-        adv, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=case["egpo_lambda"],
-                                                egpo_alpha=case["egpo_alpha"], cot_start_token_id=S, cot_end_token_id=E,
-                                                norm_adv_by_std_in_grpo=case["norm"])
+        adv, _ = advantage.compute_egpo_outcome_advantage(
+            rewards, mask, index, entropy, responses, egpo_lambda=case["egpo_lambda"], egpo_alpha=case["egpo_alpha"],
+            cot_start_token_id=S, cot_end_token_id=E, granularity="response", span="cot",
+            norm_adv_by_std_in_grpo=case["norm"])
         out.append([float(v).hex() for v in adv.flatten().tolist()])
     return out
 

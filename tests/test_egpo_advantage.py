@@ -7,12 +7,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import E, S, egpo_ref
+from reference import E, S, egpo_ref, with_declared_defaults
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, compute_grpo_outcome_advantage
 
 import egpo
-from egpo.advantage import compute_egpo_advantage_with_diagnostics, compute_egpo_outcome_advantage
+from egpo import advantage
 from egpo.advantage.registry import EntropyNotSuppliedError, egpo_estimator
+
+compute_egpo_advantage_with_diagnostics = with_declared_defaults(advantage.compute_egpo_advantage_with_diagnostics)
+compute_egpo_outcome_advantage = with_declared_defaults(advantage.compute_egpo_outcome_advantage)
 
 egpo.register()
 

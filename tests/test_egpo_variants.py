@@ -8,18 +8,16 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import E, S, egpo_tokens_ref
+from reference import E, S, egpo_tokens_ref, with_declared_defaults
 from test_egpo_advantage import batch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from egpo.advantage import (
-    GRANULARITIES,
-    SPANS,
-    compute_cot_mask,
-    compute_egpo_advantage_with_diagnostics,
-    compute_egpo_outcome_advantage,
-)
+from egpo import advantage
+from egpo.advantage import GRANULARITIES, SPANS, compute_cot_mask
 from egpo.advantage.registry import egpo_estimator
+
+compute_egpo_advantage_with_diagnostics = with_declared_defaults(advantage.compute_egpo_advantage_with_diagnostics)
+compute_egpo_outcome_advantage = with_declared_defaults(advantage.compute_egpo_outcome_advantage)
 
 VARIANTS = [(g, s) for g in GRANULARITIES for s in SPANS]
 IDS = [f"{g}-{s}" for g, s in VARIANTS]

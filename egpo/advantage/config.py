@@ -3,7 +3,7 @@
 Everything else derives from :class:`EgpoAlgorithmConfig`: the YAML that merges the keys into verl's config
 (``egpo/config/egpo/algorithm.yaml``, tested equal), the unknown-key check's list, :class:`egpo.settings.EgpoSettings`
 and the registered estimator's arguments. The estimator itself (:mod:`egpo.advantage.egpo`) takes every setting as a
-required argument and keeps no default of its own.
+required keyword argument and keeps no default of its own (the validators' messages still name the defaults).
 """
 
 from __future__ import annotations
