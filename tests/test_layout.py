@@ -1,5 +1,6 @@
 """The dependency direction the layout promises: advantage/ imports nothing of egpo's but itself; rollout/ never
-imports trainer/ (the names both share live below both, in egpo/keys.py and egpo/settings.py)."""
+imports trainer/ (the names both share live below both, in egpo/keys.py and egpo/settings.py); compat/ (verl's table)
+sits below rollout/, trainer/ and preflight/; preflight/ below the entry points."""
 
 import ast
 from pathlib import Path
@@ -23,6 +24,7 @@ def egpo_imports(path: Path) -> set[str]:
     ("rollout", ("egpo.trainer", "egpo.main", "egpo.probe", "egpo.cpu", "egpo.ablation", "egpo.report")),
     ("advantage", ("egpo.trainer", "egpo.rollout", "egpo.main", "egpo.settings", "egpo.keys", "egpo.probe", "egpo.cpu")),
     ("preflight", ("egpo.main", "egpo.ablation", "egpo.report")),  # everything before Ray, below the entry points
+    ("compat", ("egpo.rollout", "egpo.trainer", "egpo.preflight", "egpo.main", "egpo.cpu", "egpo.probe")),  # verl's table
 ])
 def test_dependency_direction(folder, forbidden):
     offenders = {str(p.relative_to(PACKAGE)): sorted(m for m in egpo_imports(p) if m.startswith(forbidden))
@@ -47,3 +49,37 @@ def test_sglangs_children_do_not_import_verl():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycle_between_egpos_modules():
+    """Every import, lazy ones included: no module reaches itself (a cycle makes import order part of the contract)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in egpo_imports(path):
+            while imported and imported not in modules:  # "from egpo.x import name": the module egpo.x
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):  # a package's own __init__
+                targets.add(imported)
+        graph[name] = targets
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, cycles

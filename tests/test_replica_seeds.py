@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 from verl.utils.config import omega_conf_to_dataclass
 
 from conftest import VERL
-from egpo.compat.seeds import ROLLOUT_SEED_KEY, run_seed_overrides, shared_engine_seeds, sglang_replica_seed
+from egpo.compat.seeds import run_seed_overrides, shared_engine_seeds, sglang_replica_seed
+from egpo.compat.versions import verl_stack
 
 
 def rollout(*overrides):
@@ -25,7 +26,7 @@ def test_the_ablation_seed_is_verls_rollout_seed_and_no_engine_seed():
     assert not any("engine_kwargs" in o for o in overrides)  # one value for every replica: never
     cfg = rollout(*overrides)
     assert cfg.actor_rollout_ref.rollout.custom.seed == 7 and cfg.data.seed == 7
-    key = ROLLOUT_SEED_KEY[VERL]
+    key = verl_stack(VERL).rollout_seed_key
     if key is not None:
         assert OmegaConf.select(cfg, key) == 7
     assert shared_engine_seeds(cfg.actor_rollout_ref.rollout) == []

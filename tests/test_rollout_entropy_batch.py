@@ -15,8 +15,8 @@ from egpo.rollout.agent_loop import (
     RolloutEntropyError,
     canonical_sample_order,
 )
-from egpo.compat.rollout import MANAGER_OWNS_REPLICAS, VerlRolloutShapeError, check_manager_extension_points
-from egpo.compat.versions import verl_version
+from egpo.compat.rollout import VerlRolloutShapeError, check_manager_extension_points
+from egpo.compat.versions import verl_stack, verl_version
 from egpo.keys import ROLLOUT_ENTROPY
 
 P, R = 4, 6  # prompt_length, response_length
@@ -130,7 +130,7 @@ def test_replicas_are_chosen_where_this_verl_chooses_them():
     from egpo.rollout.hf.replica import HFRolloutReplica
 
     register_replicas()
-    if MANAGER_OWNS_REPLICAS[verl_version()]:
+    if verl_stack(verl_version()).manager_owns_replicas:
         manager = EntropyAgentLoopManager.__new__(EntropyAgentLoopManager)
         from egpo.compat.rollout import prepare_manager
         from omegaconf import OmegaConf

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.sglang.guards import SglangPatchTargetError
+from egpo.rollout.sglang.versions import SglangPatchTargetError
 from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()

@@ -212,16 +212,16 @@ def test_plugin_patches_only_the_children_of_an_engine_egpo_launched(monkeypatch
 
 
 def test_an_unsupported_sglang_version_or_a_moved_module_names_the_supported_ones(monkeypatch):
-    from egpo.rollout.sglang import guards, versions
+    from egpo.rollout.sglang import versions
 
     with pytest.raises(versions.UnsupportedSglangError,
                        match=r"supports sglang 0\.5\.6\.post2; 0\.5\.12; 0\.5\.20 to 0\.5\.23 \(tested: 0\.5\.6\.post2 "
                              r"\(verl 0\.7\.1\), 0\.5\.12 \(verl 0\.9\.1\), 0\.5\.20 \(verl's next release, no verl stack "
                              r"yet\), 0\.5\.23 .*\); this environment has sglang 0\.5\.19"):
         versions.sglang_targets("0.5.19")
-    with pytest.raises(guards.SglangPatchTargetError,
+    with pytest.raises(versions.SglangPatchTargetError,
                        match=r"sglang\.srt\.managers\.moved cannot be imported.*0\.5\.6\.post2, 0\.5\.12, 0\.5\.20, 0\.5\.23"):
-        guards.import_target("sglang.srt.managers.moved")
+        versions.import_target("sglang.srt.managers.moved")
 
 
 def test_warm_sampler_kernel_compiles_for_the_models_vocabulary(demo, monkeypatch):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from egpo.rollout.sglang.guards import SglangPatchTargetError
+from egpo.rollout.sglang.versions import SglangPatchTargetError
 from egpo.rollout.sglang.standins import import_sglang_sampler
 
 import_sglang_sampler()

@@ -77,11 +77,11 @@ def _entries(scheduler_params, controller_params):
 
 @pytest.mark.parametrize("shape_of", ["0.5.20", "0.5.23"])
 def test_an_untested_sglang_inside_the_range_takes_the_table_whose_entries_it_has(monkeypatch, shape_of):
-    from egpo.rollout.sglang import guards, versions
+    from egpo.rollout.sglang import versions
 
     table = versions.TARGETS[shape_of]
     modules = _entries(table.scheduler_entry_params, table.data_parallel_controller_params)
-    monkeypatch.setattr(guards, "import_target", modules.__getitem__)
+    monkeypatch.setattr(versions, "import_target", modules.__getitem__)
     versions._matching_table.cache_clear()
     try:
         assert versions.sglang_targets("0.5.21") is table
@@ -90,10 +90,10 @@ def test_an_untested_sglang_inside_the_range_takes_the_table_whose_entries_it_ha
 
 
 def test_an_untested_sglang_matching_neither_table_is_refused(monkeypatch):
-    from egpo.rollout.sglang import guards, versions
+    from egpo.rollout.sglang import versions
 
     modules = _entries(("server_args", "port_args"), ("server_args",))
-    monkeypatch.setattr(guards, "import_target", modules.__getitem__)
+    monkeypatch.setattr(versions, "import_target", modules.__getitem__)
     versions._matching_table.cache_clear()
     try:
         with pytest.raises(versions.UnsupportedSglangError,

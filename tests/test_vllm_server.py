@@ -140,8 +140,8 @@ def test_a_run_that_reads_the_rollout_entropy_gets_egpos_vllm_replica(monkeypatc
     from verl.workers.rollout.replica import get_rollout_replica_class
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
 
-    from egpo.compat.rollout import MANAGER_OWNS_REPLICAS, prepare_manager, register_replicas, replica_class
-    from egpo.compat.versions import verl_version
+    from egpo.compat.rollout import prepare_manager, register_replicas, replica_class
+    from egpo.compat.versions import verl_stack, verl_version
     from egpo.rollout.agent_loop import EntropyAgentLoopManager
     from egpo.rollout.vllm.replica import EntropyvLLMReplica
 
@@ -152,7 +152,7 @@ def test_a_run_that_reads_the_rollout_entropy_gets_egpos_vllm_replica(monkeypatc
     for config, expected in ((run_config(), EntropyvLLMReplica), (run_config(source="actor"), vLLMReplica),
                              (run_config(adv_estimator="grpo"), vLLMReplica)):
         assert replica_class("vllm", config) is expected
-        if MANAGER_OWNS_REPLICAS[verl_version()]:
+        if verl_stack(verl_version()).manager_owns_replicas:
             manager = EntropyAgentLoopManager.__new__(EntropyAgentLoopManager)
             prepare_manager(manager, config)
             assert manager.rollout_replica_class is expected

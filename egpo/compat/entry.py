@@ -14,13 +14,11 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from egpo.compat.versions import verl_version
+from egpo.compat.versions import verl_stack, verl_version
 from egpo.errors import IncompatibleDependencyError
 
-# tested version -> the module holding TaskRunner (whose run builds RayPPOTrainer by that module's global name)
-RUNNER_MODULE = {"0.7.1": "verl.trainer.main_ppo", "0.9.1": "verl.trainer.main_ppo_v0"}
-# the class egpo's runner extends: a plain class at its module path (0.9.1's TaskRunner name holds a Ray actor class)
-RUNNER_BASE = {"0.7.1": "TaskRunner", "0.9.1": "BaseTaskRunner"}
+# verl_stack().runner_module holds TaskRunner (whose run builds RayPPOTrainer by that module's global name);
+# verl_stack().runner_base is the plain class egpo's runner extends (0.9.1's TaskRunner name holds a Ray actor class)
 TRAINER_NAME = "RayPPOTrainer"
 
 
@@ -42,7 +40,8 @@ class VerlEntry:
 
 def verl_entry() -> VerlEntry:
     version = verl_version()
-    module = importlib.import_module(RUNNER_MODULE[version])
+    stack = verl_stack(version)
+    module = importlib.import_module(stack.runner_module)
     runner = getattr(module, "TaskRunner", None)
     runner = getattr(runner, "__ray_actor_class__", runner)  # 0.9.1: unwrap @ray.remote
     where = f"verl {version}: {module.__name__}.TaskRunner"
@@ -51,9 +50,9 @@ def verl_entry() -> VerlEntry:
     if TRAINER_NAME not in runner.run.__code__.co_names or not hasattr(module, TRAINER_NAME):
         raise VerlEntryShapeError(f"{where}.run no longer builds the trainer by the module name {TRAINER_NAME}; egpo "
                                   "cannot install its trainer")
-    base = getattr(module, RUNNER_BASE[version], None)
+    base = getattr(module, stack.runner_base, None)
     if not isinstance(base, type) or not issubclass(runner, base) or set(vars(runner)) - set(vars(base)) - {
             "__init__", "run", "__doc__", "__module__", "__qualname__", "__dict__", "__weakref__"}:
-        raise VerlEntryShapeError(f"{where} adds more than __init__ and run to {module.__name__}.{RUNNER_BASE[version]}"
+        raise VerlEntryShapeError(f"{where} adds more than __init__ and run to {module.__name__}.{stack.runner_base}"
                                   " (egpo's runner extends that base and runs verl's run)")
     return VerlEntry(version, module, runner, base)

@@ -6,7 +6,7 @@
   ``get_rollout_replica_class(name)``); egpo registers its replicas in verl's ``RolloutReplicaRegistry`` in the
   trainer's process, and its manager presets only ``agent_loop_workers_class``.
 
-How verl's tool-agent loop builds a multi-turn response (``TOOL_LOOP_MERGES_TOKENS``): 0.7.1 appends each turn
+How verl's tool-agent loop builds a multi-turn response (``VerlStack.tool_loop_merges_tokens``): 0.7.1 appends each turn
 whole; 0.9.1 merges turns with Continuous Token (``AgentLoopBase.ct_merge_assistant_token`` /
 ``ct_merge_context_msg``, edits applied by ``ContinuousTokenBuilder.align_response_metadata``), which egpo's loop
 follows (:mod:`egpo.rollout.tool_agent_loop`); :func:`check_tool_loop_shape` guards those methods' signatures.
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import inspect
 
-from egpo.compat.versions import verl_version
+from egpo.compat.versions import verl_stack, verl_version
 from egpo.errors import IncompatibleDependencyError
 
-MANAGER_OWNS_REPLICAS = {"0.7.1": True, "0.9.1": False}
-TOOL_LOOP_MERGES_TOKENS = {"0.7.1": False, "0.9.1": True}
 # the Continuous Token methods egpo's tool loop wraps or calls, and the parameters it passes (verl >= 0.9)
 CT_SIGNATURES = {
     "verl.experimental.agent_loop.agent_loop:AgentLoopBase.ct_merge_assistant_token":
@@ -82,7 +80,7 @@ def check_manager_extension_points(version: str | None = None) -> None:
 
     version = version or verl_version()
     source = inspect.getsource(AgentLoopManager.__init__)
-    kept = ["agent_loop_workers_class", *(["rollout_replica_class"] if MANAGER_OWNS_REPLICAS[version] else [])]
+    kept = ["agent_loop_workers_class", *(["rollout_replica_class"] if verl_stack(version).manager_owns_replicas else [])]
     missing = [name for name in kept if f'hasattr(self, "{name}")' not in source]
     if missing:
         raise VerlRolloutShapeError(
@@ -110,14 +108,14 @@ def prepare_manager(manager, config) -> None:
     """In egpo's manager, before verl's ``__init__``: the checks, and the replica class where the manager owns it."""
     version = verl_version()
     check_manager_extension_points(version)
-    if MANAGER_OWNS_REPLICAS[version]:
+    if verl_stack(version).manager_owns_replicas:
         manager.rollout_replica_class = replica_class(config.actor_rollout_ref.rollout.name, config)
 
 
 def register_replicas(config=None) -> None:
     """In the trainer's process, before its workers start (0.9.1: the replicas' owner resolves them by name): egpo's
     replicas for the names it serves in this run, verl's own loader back for the others."""
-    if MANAGER_OWNS_REPLICAS[verl_version()]:
+    if verl_stack().manager_owns_replicas:
         return
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
@@ -152,7 +150,7 @@ def verl_replica_class(name: str):
 
 
 def tool_loop_merges_tokens() -> bool:
-    return TOOL_LOOP_MERGES_TOKENS[verl_version()]
+    return verl_stack().tool_loop_merges_tokens
 
 
 def check_tool_loop_shape(version: str | None = None) -> None:
@@ -161,7 +159,7 @@ def check_tool_loop_shape(version: str | None = None) -> None:
     import importlib
 
     version = version or verl_version()
-    if not TOOL_LOOP_MERGES_TOKENS[version]:
+    if not verl_stack(version).tool_loop_merges_tokens:
         return
     for target, expected in CT_SIGNATURES.items():
         module, _, qualname = target.partition(":")

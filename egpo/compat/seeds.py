@@ -1,7 +1,7 @@
 """Where each verl takes a rollout replica's sampling seed, so that a run's seed reaches every replica as verl derives
 it (``replica_rank + seed``) instead of one engine seed shared by all replicas.
 
-* ``ROLLOUT_SEED_KEY``: verl's own rollout seed (0.9.1: ``actor_rollout_ref.rollout.seed``, which its vLLM server
+* ``VerlStack.rollout_seed_key`` (:mod:`egpo.compat.versions`): verl's own rollout seed (0.9.1: ``actor_rollout_ref.rollout.seed``, which its vLLM server
   turns into ``replica_rank + seed``); 0.7.1 has none (its vLLM server seeds each replica with its rank).
 * sglang: neither verl seeds sglang's servers; egpo's sglang server sets ``random_seed`` to ``replica_rank + base``
   (:func:`sglang_replica_seed`), the base being verl's rollout seed where it exists and egpo's
@@ -13,15 +13,13 @@ prompt on two replicas can draw the same noise. The preflight warns about it whe
 
 from __future__ import annotations
 
-from egpo.compat.versions import verl_version
-
-ROLLOUT_SEED_KEY = {"0.7.1": None, "0.9.1": "actor_rollout_ref.rollout.seed"}
+from egpo.compat.versions import verl_stack
 SHARED_ENGINE_SEEDS = {"vllm": "seed", "sglang": "random_seed"}  # engine_kwargs.<engine>.<key>: one seed for all
 
 
 def run_seed_overrides(seed: int, version: str | None = None) -> tuple[str, ...]:
     """The overrides that make ``seed`` the run's rollout seed on this verl (each replica's seed derived from it)."""
-    key = ROLLOUT_SEED_KEY[version or verl_version()]
+    key = verl_stack(version).rollout_seed_key
     return (f"actor_rollout_ref.rollout.custom.seed={seed}", *((f"++{key}={seed}",) if key else ()))
 
 

@@ -1,13 +1,48 @@
-"""The verl versions egpo is tested with; any other stops start-up naming them."""
+"""The verl versions egpo is tested with, one table: what egpo relies on in each and the engines each pins. Any other
+verl stops start-up naming them.
+
+The sglang and vLLM tables (``egpo/rollout/sglang/versions.py``, ``egpo/rollout/vllm/versions.py``) hold what egpo
+patches in each engine; which verl pins which engine is stated here, once, and their messages are built from it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
 from egpo.errors import IncompatibleDependencyError
 
-TESTED_VERL = ("0.7.1", "0.9.1")
-INSTALL = {"0.7.1": "pip install -e '.[verl071]'", "0.9.1": "pip install -e '.[verl091]'"}
+
+@dataclass(frozen=True)
+class VerlStack:
+    install: str  # egpo's install line for this stack
+    sglang: str  # the sglang verl pins (egpo patches it, or observes it from 0.5.20)
+    vllm: str  # the vLLM verl pins
+    runner_module: str  # the module of verl's task runner (egpo.compat.entry)
+    runner_base: str  # the task runner class egpo's extends
+    manager_owns_replicas: bool  # the agent-loop manager builds the rollout replicas (egpo.compat.rollout)
+    tool_loop_merges_tokens: bool  # the tool-agent loop's response is one merged token list (egpo.compat.rollout)
+    rollout_seed_key: str | None  # verl's own rollout seed, which its vLLM server offsets by replica (egpo.compat.seeds)
+    has_v1_trainer: bool  # trainer.use_v1 (verl's TransferQueue trainer) exists
+    legacy_worker_settings: tuple[str, ...]  # trainer.use_legacy_worker_impl values building the legacy workers
+    padding_needs_flash_attn: bool  # verl.utils.attention_utils imports flash-attn off an NPU (egpo.cpu.padding)
+
+
+VERL = {
+    "0.7.1": VerlStack(install="pip install -e '.[verl071]'", sglang="0.5.6.post2", vllm="0.12.0",
+                       runner_module="verl.trainer.main_ppo", runner_base="TaskRunner", manager_owns_replicas=True,
+                       tool_loop_merges_tokens=False, rollout_seed_key=None, has_v1_trainer=False,
+                       legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True),
+    "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
+                       runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
+                       manager_owns_replicas=False, tool_loop_merges_tokens=True,
+                       rollout_seed_key="actor_rollout_ref.rollout.seed", has_v1_trainer=True,
+                       legacy_worker_settings=(), padding_needs_flash_attn=False),
+}
+# the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
+NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}
+TESTED_VERL = tuple(VERL)
+INSTALL = {v: stack.install for v, stack in VERL.items()}
 
 
 class UnsupportedVerlError(IncompatibleDependencyError):
@@ -27,3 +62,18 @@ def verl_version() -> str:
             "transformers 4.57.1) (README, 'Install')"
         )
     return found
+
+
+def verl_stack(version: str | None = None) -> VerlStack:
+    """The table entry of the installed (or given) verl."""
+    return VERL[version or verl_version()]
+
+
+def pinned_by(engine: str, engine_version: str) -> str | None:
+    """Which verl pins this sglang or vLLM version, in words ("verl 0.9.1", "verl's next release, ..."), or None."""
+    for verl, stack in VERL.items():
+        if getattr(stack, engine) == engine_version:
+            return f"verl {verl}"
+    if NEXT_VERL_PINS.get(engine) == engine_version:
+        return "verl's next release, no verl stack yet"
+    return None

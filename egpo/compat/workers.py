@@ -13,10 +13,7 @@ the engine workers.
 
 from __future__ import annotations
 
-from egpo.compat.versions import verl_version
-
-# verl version -> the trainer.use_legacy_worker_impl values that build the legacy workers (empty: none exist)
-LEGACY_WORKER_SETTINGS = {"0.7.1": ("auto", "enable"), "0.9.1": ()}
+from egpo.compat.versions import verl_stack, verl_version
 
 _ENGINE = "verl.workers.engine_workers.ActorRolloutRefWorker"
 _CPU_ENGINE = "egpo.cpu.engine_worker.CpuEngineActorRolloutRefWorker"
@@ -32,7 +29,7 @@ PROBE_WORKER = {("0.7.1", "legacy"): "egpo.probe.worker.ProbeActorRolloutRefWork
 def worker_family(config, version: str | None = None) -> str:
     """``"legacy"`` or ``"engine"``: the actor workers verl builds for this config."""
     setting = str(config.trainer.get("use_legacy_worker_impl", "auto"))
-    return "legacy" if setting in LEGACY_WORKER_SETTINGS[version or verl_version()] else "engine"
+    return "legacy" if setting in verl_stack(version).legacy_worker_settings else "engine"
 
 
 def _load(path: str):

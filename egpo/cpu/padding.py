@@ -3,7 +3,8 @@
 verl 0.7.1's engine workers (``trainer.use_legacy_worker_impl=disable``) unpad every batch, driver and worker, through
 ``verl.utils.attention_utils``, which imports ``flash_attn.bert_padding`` on every device but an NPU. verl ships the
 same four functions in pure torch (``verl.utils.npu_flash_attn_utils``, a copy of flash-attn's ``bert_padding``);
-on a CPU egpo points ``attention_utils`` at them. verl 0.9.1 falls back to pure torch itself (no entry).
+on a CPU egpo points ``attention_utils`` at them. verl 0.9.1 falls back to pure torch itself
+(``VerlStack.padding_needs_flash_attn``).
 
 A guarded in-process patch: the target is checked first, so a verl whose helper has another shape is refused naming
 the version and the target rather than failing in the first batch.
@@ -14,14 +15,12 @@ from __future__ import annotations
 import importlib.util
 import inspect
 
-from egpo.compat.versions import verl_version
+from egpo.compat.versions import verl_stack, verl_version
 from egpo.errors import IncompatibleDependencyError
 
 TARGET = "verl.utils.attention_utils._get_attention_functions"
 SOURCE = "verl.utils.npu_flash_attn_utils"
 FUNCTIONS = ("index_first_axis", "pad_input", "rearrange", "unpad_input")  # the order attention_utils unpacks
-# verl version -> whether its attention_utils needs flash-attn off an NPU
-NEEDS_FLASH_ATTN = {"0.7.1": True, "0.9.1": False}
 
 
 class PaddingPatchTargetError(IncompatibleDependencyError):
@@ -30,7 +29,7 @@ class PaddingPatchTargetError(IncompatibleDependencyError):
 
 def use_torch_padding() -> bool:
     """Point verl's padding helpers at its pure-torch copies where flash-attn is missing; True when patched."""
-    if not NEEDS_FLASH_ATTN[verl_version()] or importlib.util.find_spec("flash_attn") is not None:
+    if not verl_stack().padding_needs_flash_attn or importlib.util.find_spec("flash_attn") is not None:
         return False
     from verl.utils import attention_utils, npu_flash_attn_utils
 

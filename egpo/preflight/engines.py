@@ -45,14 +45,14 @@ def rollout_replicas(config) -> int:
 
 
 def seed_findings(config) -> list[Finding]:
-    from egpo.compat.seeds import ROLLOUT_SEED_KEY, shared_engine_seeds
-    from egpo.compat.versions import verl_version
+    from egpo.compat.seeds import shared_engine_seeds
+    from egpo.compat.versions import verl_stack
 
     shared = shared_engine_seeds(config.actor_rollout_ref.rollout)
     replicas = rollout_replicas(config)
     if not shared or replicas < 2:
         return []
-    key = ROLLOUT_SEED_KEY[verl_version()]
+    key = verl_stack().rollout_seed_key
     instead = (f"; set the run's seed with ++{key}=N instead (each replica gets replica_rank + N)" if key else
                "; egpo's sglang server and verl's vLLM server then seed each replica from its rank")
     return [warning("seeds", f"{', '.join(shared)} gives all {replicas} rollout replicas one engine seed, so copies of "

@@ -103,7 +103,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
     from verl.utils.device import auto_set_device
 
-    from egpo.compat.stack import check_stack
+    from egpo.preflight.stack import check_stack
     from egpo.preflight.paths import resolve_local_paths
     from egpo.settings import EgpoSettings
     from egpo.trainer.actor_entropy import prepare_actor_entropy

@@ -95,11 +95,10 @@ SGLANG_CPU_ENGINE = {"device": "cpu", "attention_backend": "torch_native", "enab
 
 def sglang_cpu_install() -> str:
     """The CPU install line of the sglang egpo patches on the installed verl."""
-    from egpo.compat.stack import stack_sglang
-    from egpo.compat.versions import verl_version
+    from egpo.compat.versions import verl_stack
     from egpo.rollout.sglang.versions import install_line
 
-    return f"{install_line(stack_sglang(verl_version()))} (docs/cpu.md, 'sglang on a CPU')"
+    return f"{install_line(verl_stack().sglang)} (docs/cpu.md, 'sglang on a CPU')"
 
 
 def _sglang_cpu_problems(config: DictConfig) -> list[str]:

@@ -107,7 +107,7 @@ def install_observer(model_runner, options: EntropyOptions) -> None:
     try:
         model_runner.sampling_observer = EntropyObserver(options)
     except ValueError as err:
-        from egpo.rollout.sglang.guards import SglangPatchTargetError
+        from egpo.rollout.sglang.versions import SglangPatchTargetError
 
         raise SglangPatchTargetError(
             f"sglang refused egpo's entropy observer ({err}): speculative decoding and dLLM sampling have no "
@@ -118,7 +118,7 @@ def check_observer_targets() -> None:
     """The official hook's shape in the installed sglang (in the launching process, before sglang starts)."""
     import inspect
 
-    from egpo.rollout.sglang.guards import SglangPatchTargetError, import_target, sglang_version
+    from egpo.rollout.sglang.versions import SglangPatchTargetError, import_target, sglang_version
 
     model_runner = import_target("sglang.srt.model_executor.model_runner").ModelRunner
     sampling_info = import_target("sglang.srt.sampling.sampling_batch_info").SamplingBatchInfo

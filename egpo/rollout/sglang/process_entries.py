@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, import_target, sglang_version
+from egpo.rollout.sglang.versions import SglangPatchTargetError, check_parameters, import_target, sglang_version
 from egpo.rollout.engine_options import export_options
 from egpo.rollout.sglang.standins import prepare_sglang_import
 

@@ -13,7 +13,7 @@ swap would miss instances built from the earlier import).
 from __future__ import annotations
 
 from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
-from egpo.rollout.sglang.guards import check_parameters
+from egpo.rollout.sglang.versions import check_parameters
 
 ENTROPY_ATTR = "next_token_entropy"
 FORWARD_PARAMS = ("logits_output", "sampling_info", "return_logprob", "top_logprobs_nums", "token_ids_logprobs", "positions")

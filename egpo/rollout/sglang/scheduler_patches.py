@@ -21,7 +21,7 @@ Speculative decoding samples outside ``Sampler`` and is refused at launch (:mod:
 from __future__ import annotations
 
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.sglang.guards import SglangPatchTargetError, check_parameters, import_target, sglang_version
+from egpo.rollout.sglang.versions import SglangPatchTargetError, check_parameters, import_target, sglang_version
 from egpo.rollout.sglang.sampler_patch import ENTROPY_ATTR, apply_sampler_patch
 
 REQ_VALUES = "output_token_entropy_val"  # on Req: every value appended so far

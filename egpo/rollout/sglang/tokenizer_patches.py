@@ -9,7 +9,7 @@ Here each request's values are accumulated on its ``ReqState`` exactly where its
 
 from __future__ import annotations
 
-from egpo.rollout.sglang.guards import check_parameters, import_target
+from egpo.rollout.sglang.versions import check_parameters, import_target
 
 META_KEY = "output_token_entropy"
 STATE_VALUES = "egpo_output_token_entropy"

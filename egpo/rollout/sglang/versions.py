@@ -28,12 +28,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from egpo.compat.version_ranges import bracket_note, candidates, describe
+from egpo.compat.versions import VERL, pinned_by
 from egpo.errors import IncompatibleDependencyError
 
 
 @dataclass(frozen=True)
 class SglangTargets:
-    verl: str  # the verl stack that pins this sglang
     scheduler_entry_params: tuple[str, ...]  # sglang.srt.managers.scheduler.run_scheduler_process
     copy_to_cpu_params: tuple[str, ...]  # GenerationBatchResult.copy_to_cpu
     stream_output_params: tuple[str, ...]  # SchedulerOutputProcessorMixin.stream_output_generation
@@ -57,7 +57,6 @@ class SglangTargets:
 
 TARGETS = {
     "0.5.6.post2": SglangTargets(
-        verl="0.7.1",
         scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "moe_ep_rank", "pp_rank", "dp_rank",
                                 "pipe_writer"),
         copy_to_cpu_params=("return_logprob",),
@@ -68,7 +67,6 @@ TARGETS = {
         cpu_requirements=".ci/sglang-cpu-requirements.txt",
     ),
     "0.5.12": SglangTargets(
-        verl="0.9.1",
         scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "attn_cp_rank", "moe_dp_rank",
                                 "moe_ep_rank", "pp_rank", "dp_rank", "pipe_writer"),
         copy_to_cpu_params=("return_logprob", "return_hidden_states"),
@@ -84,7 +82,6 @@ TARGETS = {
 }
 # verl's next pin (verl main after 0.9.1; its servers are not released yet): sglang's official SamplingObserver
 TARGETS["0.5.20"] = SglangTargets(
-    verl="next",
     scheduler_entry_params=("server_args", "port_args", "gpu_id", "tp_rank", "attn_cp_rank", "moe_dp_rank",
                             "moe_ep_rank", "pp_rank", "dp_rank", "pipe_writer", "display_tp_rank", "display_dp_rank",
                             "display_moe_ep_rank"),
@@ -110,7 +107,7 @@ TARGETS["0.5.23"] = replace(
 )
 SUPPORTED = tuple(TARGETS)
 RANGES = (("0.5.6.post2", "0.5.6.post2"), ("0.5.12", "0.5.12"), ("0.5.20", "0.5.23"))
-STACK_PINS = tuple(v for v, t in TARGETS.items() if t.verl != "next")  # the sglang of each released verl stack
+STACK_PINS = tuple(stack.sglang for stack in VERL.values())  # the sglang of each released verl stack
 
 
 class UnsupportedSglangError(IncompatibleDependencyError):
@@ -127,8 +124,9 @@ def installed_sglang() -> str:
         return "not installed"
 
 
-def stack_name(verl: str) -> str:
-    return "verl's next release, no verl stack yet" if verl == "next" else f"verl {verl}"
+def stack_name(sglang: str) -> str:
+    """Which verl pins this sglang (egpo.compat.versions states the pins)."""
+    return pinned_by("sglang", sglang) or "pinned by no verl"
 
 
 def install_line(sglang: str) -> str:
@@ -140,7 +138,7 @@ def sglang_targets(version: str | None = None) -> SglangTargets:
     version = version or installed_sglang()
     found = candidates(version, TARGETS, RANGES)
     if not found:
-        supported = ", ".join(f"{v} ({stack_name(t.verl)})" for v, t in TARGETS.items())
+        supported = ", ".join(f"{v} ({stack_name(v)})" for v in TARGETS)
         raise UnsupportedSglangError(
             f"egpo's sglang rollout entropy supports sglang {describe(RANGES)} (tested: {supported}); this "
             f"environment has sglang {version}. Install the one your verl pins, e.g. {install_line(STACK_PINS[-1])}"
@@ -167,8 +165,6 @@ def _parameters(function) -> tuple[str, ...]:
 def _matching_table(version: str, found: tuple[str, ...]) -> SglangTargets:
     """Of the bracketing tested versions, the first whose process entries the installed sglang has (the same answer
     in every process of one installation)."""
-    from egpo.rollout.sglang.guards import import_target
-
     scheduler = import_target("sglang.srt.managers.scheduler").run_scheduler_process
     controller = import_target("sglang.srt.managers.data_parallel_controller").run_data_parallel_controller_process
     shapes = (_parameters(scheduler), _parameters(controller))
@@ -200,3 +196,42 @@ def chunked_logprob_env() -> dict[str, str]:
             f"sglang {installed_sglang()} has no {CHUNKED_LOGPROBS_ENV} (sglang.srt.environ): egpo cannot bound the "
             f"log-prob memory of re-prefilled requests; egpo supports sglang {', '.join(SUPPORTED)}")
     return {CHUNKED_LOGPROBS_ENV: "1"}
+
+
+# Shape checks for every sglang patch target: a mismatch stops start-up naming the version and the target.
+class SglangPatchTargetError(IncompatibleDependencyError):
+    """An sglang function or attribute egpo patches no longer has the shape egpo was written against."""
+
+
+def sglang_version() -> str:
+    return installed_sglang()
+
+
+def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
+    """``target``'s parameters (after ``self``) must be exactly ``expected``, in order."""
+    try:
+        params = tuple(inspect.signature(target).parameters)
+    except (TypeError, ValueError) as err:
+        raise SglangPatchTargetError(f"{name}: cannot read its signature ({err})") from None
+    if params and params[0] == "self":
+        params = params[1:]
+    if params != expected:
+        raise SglangPatchTargetError(
+            f"sglang {sglang_version()}: {name} has parameters {params}, egpo's patch expects {expected}. egpo "
+            f"patches sglang {', '.join(SUPPORTED)} (egpo.rollout.sglang.versions); install one of them or update "
+            "that table."
+        )
+
+
+def import_target(module: str):
+    """An sglang module egpo patches; a moved or missing one stops start-up with this guard's message, naming the
+    installed and the supported versions (not an ImportError from deep inside egpo)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise SglangPatchTargetError(
+            f"sglang {sglang_version()}: {module} cannot be imported ({err}); egpo patches sglang "
+            f"{', '.join(SUPPORTED)} (egpo.rollout.sglang.versions)"
+        ) from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from egpo.compat.version_ranges import bracket_note, candidates, describe
+from egpo.compat.versions import VERL, pinned_by
 from egpo.errors import IncompatibleDependencyError
 
 
@@ -75,7 +76,10 @@ TARGETS = {
 }
 SUPPORTED = tuple(TARGETS)
 RANGES = (("0.12.0", "0.12.0"), ("0.24.0", "0.33.0"))
-INSTALL = "pip install vllm==0.12.0 with verl 0.7.1, vllm==0.24.0 with verl 0.9.1"
+INSTALL = ", ".join(f"pip install vllm=={stack.vllm} with verl {verl}" for verl, stack in VERL.items())
+# which verl pins each tested vLLM, in words (egpo.compat.versions states the pins)
+PINNED = "; ".join(f"{pinned_by('vllm', v).removesuffix(', no verl stack yet')} pins {v}"
+                   for v in SUPPORTED if pinned_by("vllm", v))
 
 
 PATCHED = "egpo_patch"  # set on each function egpo puts in place of a target
@@ -104,8 +108,8 @@ def candidate_versions(version: str | None = None) -> tuple[str, ...]:
     if not found:
         state = "is not installed" if version is None else f"{version} is installed"
         raise VllmPatchTargetError(
-            f"rollout entropy from vLLM needs vllm {describe(RANGES)} (tested: {', '.join(SUPPORTED)}; verl 0.7.1 pins "
-            f"0.12.0, verl 0.9.1 0.24.0, verl's next release 0.29.0; 0.32.0 is vLLM's CPU build); vllm {state}. "
+            f"rollout entropy from vLLM needs vllm {describe(RANGES)} (tested: {', '.join(SUPPORTED)}; {PINNED}; "
+            f"0.32.0 is vLLM's CPU build); vllm {state}. "
             f"Install one of them ({INSTALL})."
         )
     return found

@@ -2,7 +2,7 @@
 
 Both stacks run egpo's CPU backend, the entropy probe, multi-turn rollout entropy (:mod:`egpo.compat.workers`,
 :mod:`egpo.compat.rollout`) and sglang rollout entropy, each with the sglang its verl pins
-(:mod:`egpo.rollout.sglang.versions`). Refused here: verl 0.9.1's TransferQueue trainer, and an sglang other than
+(:mod:`egpo.compat.versions` says which, :mod:`egpo.rollout.sglang.versions` how it is installed). Refused here: verl 0.9.1's TransferQueue trainer, and an sglang other than
 the one egpo patches for the installed verl.
 """
 
@@ -10,29 +10,19 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.compat.versions import verl_version
-from egpo.settings import EgpoConfigError
-
-
-def stack_sglang(version: str) -> str:
-    """The sglang egpo patches on this verl (the one it pins)."""
-    from egpo.rollout.sglang.versions import TARGETS
-
-    return next(sglang for sglang, targets in TARGETS.items() if targets.verl == version)
-
-
-HAS_V1_TRAINER = {"0.7.1": False, "0.9.1": True}  # trainer.use_v1 (verl's TransferQueue trainer) exists
+from egpo.compat.versions import verl_stack, verl_version
+from egpo.errors import EgpoConfigError
 
 
 def stack_problems(config: DictConfig, version: str) -> list[str]:
     problems = []
-    if HAS_V1_TRAINER[version] and OmegaConf.select(config, "trainer.use_v1", default=False):
+    if verl_stack(version).has_v1_trainer and OmegaConf.select(config, "trainer.use_v1", default=False):
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
     if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
         from egpo.rollout.sglang.versions import install_line, installed_sglang
 
-        installed, expected = installed_sglang(), stack_sglang(version)
+        installed, expected = installed_sglang(), verl_stack(version).sglang
         if installed not in ("not installed", expected):
             problems.append(f"actor_rollout_ref.rollout.name=sglang: on verl {version} egpo patches sglang {expected} "
                             f"(the one verl {version} pins); this environment has sglang {installed}. Install it: "
