@@ -234,21 +234,30 @@ def test_every_key_of_the_shipped_configs_is_known():
             check_unknown_keys(compose(config_name=name))
 
 
-@pytest.mark.parametrize("override", ["+algorithm.egpo_lamda=0.3", "algorithm.egpo_lamda=0.3",
-                                      "++algorithm.egpo_lamda=0.3", "egpo.probe.atribution=true"])
-def test_a_misspelled_key_stops_the_main_job_before_ray(tmp_path, override):
-    """With or without +: egpo answers with the nearest key in one try (Hydra alone would suggest appending the
-    misspelled key with +), as its own line, without a traceback."""
+@pytest.mark.parametrize("override, nearest", [
+    ("+algorithm.egpo_lamda=0.3", "algorithm.egpo_lambda"), ("algorithm.egpo_lamda=0.3", "algorithm.egpo_lambda"),
+    ("++algorithm.egpo_lamda=0.3", "algorithm.egpo_lambda"), ("egpo.probe.atribution=true", "egpo.probe.attribution"),
+    ("~algorithm.egpo_lamda", "algorithm.egpo_lambda"), ("egpo.prob.enable=true", "egpo.probe"),
+])
+def test_a_misspelled_key_on_the_command_line_gets_the_nearest_key_with_or_without_plus(override, nearest):
+    from egpo.trainer.key_check import misspelled_override_problems
+
+    [problem] = misspelled_override_problems(["--config-name=cpu_smoke", override, "algorithm.egpo_lambda=0.3",
+                                              "+algorithm.rollout_correction.bypass_mode=true", "trainer.device=cpu"])
+    assert f"did you mean {nearest}?" in problem
+
+
+def test_a_misspelled_key_stops_the_main_job_before_ray(tmp_path):
+    """Without + (where Hydra alone would suggest appending the misspelled key with +): egpo answers with the nearest
+    key in one try, as its own line, without a traceback, before anything is built."""
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
-                           f"egpo_demo.out={tmp_path / 'demo'}", override],
+                           f"egpo_demo.out={tmp_path / 'demo'}", "algorithm.egpo_lamda=0.3"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    key = override.lstrip("+").split("=")[0]
-    nearest = {"algorithm.egpo_lamda": "algorithm.egpo_lambda", "egpo.probe.atribution": "egpo.probe.attribution"}[key]
-    assert f"did you mean {nearest}?" in proc.stderr, proc.stderr
+    assert "did you mean algorithm.egpo_lambda?" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "To append to your config use" not in proc.stderr
     assert "ray init kwargs" not in proc.stdout + proc.stderr  # verl prints it just before ray.init
     assert not (tmp_path / "demo").exists()  # refused before anything was built

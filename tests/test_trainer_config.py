@@ -163,12 +163,20 @@ def test_temperature_mismatch_is_reported_when_entropies_are_compared():
     ([f"--config-path={RECIPES}", "--config-name=ppo_trainer"], "egpo_trainer"),
 ])
 def test_verls_config_name_points_to_egpos(args, equivalent):
-    proc = run_main(*args, "--cfg", "job")
-    assert proc.returncode != 0
-    assert f"use --config-name={equivalent}" in proc.stderr and "Cannot find primary config" not in proc.stderr
-    assert "Traceback" not in proc.stderr and "\n[egpo] refused before anything started: " in "\n" + proc.stderr
-    # the suggested name composes
-    assert run_main(f"--config-name={equivalent}", "--cfg", "job").returncode == 0
+    from egpo.main import verl_config_name_problems
+
+    [problem] = verl_config_name_problems(args)
+    assert problem.endswith(f"use --config-name={equivalent}")  # a name that composes (test_users_line_composes_...)
+    assert verl_config_name_problems([f"--config-name={equivalent}"]) == []
+
+
+def test_verls_config_name_is_refused_by_the_main_job_as_egpos_line():
+    proc = run_main(f"--config-path={RECIPES}", "--config-name=ppo_trainer", "--cfg", "job")
+    assert proc.returncode == 1 and "Cannot find primary config" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (f"\n[egpo] refused before anything started: --config-name=ppo_trainer is verl's config and it is not in "
+            f"--config-path={RECIPES}; egpo.main ships it with egpo's keys: drop --config-path and use "
+            "--config-name=egpo_trainer. Nothing was started.") in "\n" + proc.stderr
 
 
 def test_a_users_own_copy_of_verls_config_name_is_read(tmp_path):
