@@ -35,12 +35,11 @@ def run(config_path: str | None, config_name: str, overrides: list[str],
     prepared = prepare(compose(config_path, config_name, overrides), preflight=False)
     config, findings = prepared.config, list(prepared.findings)
     tokenizer = None
-    problem = model_source_problem(config.actor_rollout_ref.model.path)
-    if any(f.topic == "model" for f in findings):
-        pass  # prepare could not read it either, and said why
-    elif problem:
+    problem = None if any(f.topic == "model" for f in findings) else \
+        model_source_problem(config.actor_rollout_ref.model.path)  # prepare could not read it either, and said why
+    if problem:
         findings.append(error("model", f"{problem}; prompt lengths were not measured"))
-    else:
+    elif not any(f.topic == "model" for f in findings):
         try:
             tokenizer = load_tokenizer(config)
         except Exception as err:  # noqa: BLE001 - any failure to load is reported, not raised

@@ -34,12 +34,13 @@ def pass_probe_settings_to_workers(config: DictConfig) -> None:
     from egpo.probe.settings import WORKER_KEY, ProbeSettings
 
     node = OmegaConf.select(config, "egpo.probe", default=None)
-    if ProbeSettings.from_config(node).enable and config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
+    enabled = ProbeSettings.from_config(node).enable
+    if enabled and config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
         raise EgpoConfigError(
             "egpo.probe.enable=true hooks verl's FSDP actor, but actor_rollout_ref.actor.strategy=megatron; set "
             "++egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
         )
-    if ProbeSettings.from_config(node).enable:
+    if enabled:
         from egpo.compat.versions import verl_version
         from egpo.compat.workers import PROBE_WORKER, worker_family
 
