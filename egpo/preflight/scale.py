@@ -188,7 +188,8 @@ def gpu_findings(config, shape: ModelShape, settings=None) -> list[Finding]:
                 f"{_gb(saved)} per GPU for the backward pass")
         if saved >= UPDATE_ENTROPY_WARNING:
             findings.append(warning("gpu", f"{text} (fp32 copies of the micro-batch's {tokens:,} x {vocab:,} logits, "
-                                           f"beside the model's activations and logits): likely out of memory; fused "
+                                           f"beside the model's activations and logits; the update's peak rises by "
+                                           f"35-50% of it, docs/benchmarks.md): likely out of memory; fused "
                                            f"kernels never materialise them: {FUSED_FIX}"))
         else:
             findings.append(fact("gpu", text))
