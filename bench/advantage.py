@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from egpo.advantage import compute_cot_mask, compute_egpo_outcome_advantage
+from egpo.advantage import compute_cot_mask, compute_egpo_advantage
 from egpo.advantage.config import ALGORITHM_DEFAULTS
 
 START, END = 151667, 151668
@@ -56,11 +56,11 @@ def main() -> None:
     rewards, mask, index, entropy, responses = make_batch(args.bs, args.length, args.group)
 
     def egpo(granularity, span):
-        return lambda: compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses,  # noqa: E731
-                                                      egpo_lambda=ALGORITHM_DEFAULTS["egpo_lambda"],
-                                                      egpo_alpha=ALGORITHM_DEFAULTS["egpo_alpha"],
-                                                      cot_start_token_id=START, cot_end_token_id=END,
-                                                      granularity=granularity, span=span)
+        return lambda: compute_egpo_advantage(rewards, mask, index, entropy, responses,  # noqa: E731
+                                              egpo_lambda=ALGORITHM_DEFAULTS["egpo_lambda"],
+                                              egpo_alpha=ALGORITHM_DEFAULTS["egpo_alpha"],
+                                              cot_start_token_id=START, cot_end_token_id=END,
+                                              granularity=granularity, span=span)
 
     estimators = {
         "verl GRPO": lambda: compute_grpo_outcome_advantage(rewards, mask, index),

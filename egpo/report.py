@@ -381,7 +381,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
     steps = steps or sorted({max(1, last // 2), last})
     lines = [f"# EGPO ablation report: {root}", "",
-             f"Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
+             "Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
              f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
     if left_out:
         lines += [f"Left out, not finished (`python -m egpo.ablation --status {root}`): {', '.join(sorted(left_out))}.",

@@ -12,8 +12,6 @@ import gc
 import signal
 from contextlib import contextmanager
 
-import pytest
-
 from conftest import require_sglang
 
 # egpo's process entries first: they install the CPU stand-ins before anything imports sglang

@@ -47,3 +47,21 @@ def test_each_verls_engine_pins_are_tested_versions_of_the_engine_tables():
         assert f"pip install vllm=={stack.vllm} with verl {verl}" in vllm_versions.INSTALL
     assert NEXT_VERL_PINS["sglang"] in sglang_versions.TARGETS and NEXT_VERL_PINS["vllm"] in vllm_versions.TARGETS
     assert sglang_versions.STACK_PINS == tuple(stack.sglang for stack in VERL.values())
+
+
+def test_an_untested_verl_and_a_reshaped_verl_hook_name_every_tested_verls_install(monkeypatch):
+    """The install advice is built from the verl table (no message names one verl as the only one)."""
+    from egpo.compat import versions
+    from egpo.trainer import advantage_step
+
+    monkeypatch.setattr(versions, "version", lambda name: "0.6.0")
+    with pytest.raises(versions.UnsupportedVerlError) as refused:
+        versions.verl_version()
+    monkeypatch.undo()
+    monkeypatch.setattr(advantage_step, "_EXPECTED_PARAMS", ("data",))
+    with pytest.raises(advantage_step.VerlShapeError) as reshaped:
+        advantage_step._check_verl_shape()
+    for text in (str(refused.value), str(reshaped.value)):
+        for verl, stack in versions.VERL.items():
+            assert f"{stack.install} (verl {verl}, {stack.note})" in text
+        assert "Pin verl==" not in text

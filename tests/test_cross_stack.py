@@ -39,7 +39,7 @@ def results() -> list[list[str]]:
     out = []
     for case in CASES:
         rewards, mask, index, entropy, responses = inputs(case["seed"])
-        adv, _ = advantage.compute_egpo_outcome_advantage(
+        adv, _, _ = advantage.compute_egpo_advantage(
             rewards, mask, index, entropy, responses, egpo_lambda=case["egpo_lambda"], egpo_alpha=case["egpo_alpha"],
             cot_start_token_id=S, cot_end_token_id=E, granularity="response", span="cot",
             norm_adv_by_std_in_grpo=case["norm"])

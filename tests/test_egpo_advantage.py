@@ -14,8 +14,7 @@ import egpo
 from egpo import advantage
 from egpo.advantage.registry import EntropyNotSuppliedError, egpo_estimator
 
-compute_egpo_advantage_with_diagnostics = with_declared_defaults(advantage.compute_egpo_advantage_with_diagnostics)
-compute_egpo_outcome_advantage = with_declared_defaults(advantage.compute_egpo_outcome_advantage)
+compute_egpo_advantage = with_declared_defaults(advantage.compute_egpo_advantage)
 
 egpo.register()
 
@@ -42,7 +41,7 @@ def test_hand_worked_example():
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
     rewards = torch.tensor([[0, 0, 0, 0, 1.0], [0, 0, 0, 0, 0.0]])
     entropy = torch.tensor([[9.0, 0.2, 0.4, 9.0, 9.0], [9.0, 2.0, 9.0, 9.0, 9.0]])
-    adv, ret, diag = compute_egpo_advantage_with_diagnostics(
+    adv, ret, diag = compute_egpo_advantage(
         rewards, mask, np.array(["a", "a"], dtype=object), entropy, responses,
         egpo_lambda=0.5, egpo_alpha=2.0, cot_start_token_id=S, cot_end_token_id=E,
     )
@@ -77,8 +76,8 @@ def test_metric_definitions_on_a_hand_built_batch():
     entropy = torch.tensor([[9, 0.2, 0.4, 9, 9], [9, 2.0, 9, 9, 9], [9, 2.0, 9, 9, 9], [2.0, 2.0, 9, 9, 9],
                             [2.0] * 5, [9, 3.0, 3.0, 3.0, 3.0]])
     index = np.array(["a", "a", "b", "b", "c", "c"], dtype=object)
-    _, _, diag = compute_egpo_advantage_with_diagnostics(rewards, mask, index, entropy, responses,
-                                                         cot_start_token_id=S, cot_end_token_id=E)
+    _, _, diag = compute_egpo_advantage(rewards, mask, index, entropy, responses,
+                                        cot_start_token_id=S, cot_end_token_id=E)
     assert diag.clipped_frac.item() == pytest.approx(2 / 3)  # rows 1 and 5 of the clippable rows 0, 1, 5
     assert diag.bonus_active_frac.item() == pytest.approx(3 / 6)  # rows 0, 1, 5
     assert diag.equal_reward_group_frac.item() == pytest.approx(1 / 3)  # group b
@@ -94,8 +93,8 @@ def test_lambda_zero_is_bit_identical_to_verl_grpo(seed, norm):
     rewards, mask, index, entropy, responses = batch(seed)
     rewards[0, 0] = -0.0  # a -0.0 score survives too
     grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
-    adv, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.0,
-                                            cot_start_token_id=S, cot_end_token_id=E, norm_adv_by_std_in_grpo=norm)
+    adv, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.0,
+                                       cot_start_token_id=S, cot_end_token_id=E, norm_adv_by_std_in_grpo=norm)
     assert adv.dtype == grpo.dtype
     assert torch.equal(adv.view(torch.int32), grpo.view(torch.int32))
 
@@ -105,8 +104,8 @@ def test_lambda_zero_is_bit_identical_to_verl_grpo(seed, norm):
 def test_float64_reference(seed, starts_inside):
     rewards, mask, index, entropy, responses = batch(seed, think_frac=0.5)
     si = torch.rand(len(index), generator=torch.Generator().manual_seed(seed)) < 0.5 if starts_inside else None
-    adv, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.4, egpo_alpha=2.0,
-                                            cot_start_token_id=S, cot_end_token_id=E, starts_inside=si)
+    adv, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.4, egpo_alpha=2.0,
+                                       cot_start_token_id=S, cot_end_token_id=E, starts_inside=si)
     ref = egpo_ref(rewards.tolist(), mask.tolist(), index, entropy.double().tolist(), responses.tolist(), 0.4, 2.0,
                    S, E, None if si is None else si.tolist())
     ref = torch.tensor(ref, dtype=torch.float64)[:, None] * mask
@@ -129,8 +128,8 @@ def test_properties(seed, lam, alpha, poison):
     for i, t, v in poison:  # NaN / inf / huge / negative entropy anywhere
         entropy[i, t] = v
     grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index)
-    adv, _, diag = compute_egpo_advantage_with_diagnostics(rewards, mask, index, entropy, responses, egpo_lambda=lam,
-                                                           egpo_alpha=alpha, cot_start_token_id=S, cot_end_token_id=E)
+    adv, _, diag = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=lam,
+                                          egpo_alpha=alpha, cot_start_token_id=S, cot_end_token_id=E)
     a, a2 = grpo[:, 0].double(), adv[:, 0].double()
     assert torch.isfinite(adv).all()
     assert (adv[mask == 0] == 0).all()
@@ -156,8 +155,8 @@ def test_nonfinite_entropy_is_left_out_and_counted():
     dirty[0, 2] = float("nan")  # inside the span: left out, counted
     dirty[1, 4] = float("inf")  # on a marker (outside the span): irrelevant, not counted
     dirty[2, :] = torch.tensor([0, float("-inf"), 0, float("nan"), float("inf")])  # whole span non-finite
-    adv, _, diag = compute_egpo_advantage_with_diagnostics(rewards, mask, index, dirty, responses,
-                                                           cot_start_token_id=S, cot_end_token_id=E)
+    adv, _, diag = compute_egpo_advantage(rewards, mask, index, dirty, responses,
+                                          cot_start_token_id=S, cot_end_token_id=E)
     ref = egpo_ref(rewards.tolist(), mask.tolist(), index, dirty.double().tolist(), responses.tolist(), 0.4, 2.0, S, E)
     torch.testing.assert_close(adv[:, 0].double(), torch.tensor(ref, dtype=torch.float64), rtol=1e-6, atol=1e-7)
     assert diag.nonfinite_entropy_count.item() == 2
@@ -167,8 +166,8 @@ def test_nonfinite_entropy_is_left_out_and_counted():
 def test_entropy_carries_no_gradient():
     rewards, mask, index, entropy, responses = batch(1)
     entropy.requires_grad_(True)
-    adv, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses,
-                                            cot_start_token_id=S, cot_end_token_id=E)
+    adv, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses,
+                                       cot_start_token_id=S, cot_end_token_id=E)
     assert not adv.requires_grad
 
 
@@ -176,13 +175,13 @@ def test_shape_and_coefficient_errors():
     rewards, mask, index, entropy, responses = batch(2)
     kw = dict(cot_start_token_id=S, cot_end_token_id=E)
     with pytest.raises(ValueError, match="token_level_entropy has shape"):
-        compute_egpo_outcome_advantage(rewards, mask, index, entropy[:, :-1], responses, **kw)
+        compute_egpo_advantage(rewards, mask, index, entropy[:, :-1], responses, **kw)
     with pytest.raises(ValueError, match="index"):
-        compute_egpo_outcome_advantage(rewards, mask, index[:-1], entropy, responses, **kw)
+        compute_egpo_advantage(rewards, mask, index[:-1], entropy, responses, **kw)
     with pytest.raises(ValueError, match="egpo_alpha must be > 0"):
-        compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_alpha=0.0, **kw)
+        compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_alpha=0.0, **kw)
     with pytest.raises(ValueError, match=r"egpo_lambda must lie in \[0, egpo_alpha\)"):
-        compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=2.0, **kw)
+        compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=2.0, **kw)
 
 
 def test_registered_with_verl_and_refuses_without_entropy():
@@ -192,8 +191,8 @@ def test_registered_with_verl_and_refuses_without_entropy():
         egpo_estimator(token_level_rewards=rewards, response_mask=mask, index=index, config={})
     cfg = {"egpo_lambda": 0.3, "egpo_alpha": 1.5, "cot_start_token_id": S, "cot_end_token_id": E}
     adv, _ = egpo_estimator(rewards, mask, index=index, config=cfg, token_level_entropy=entropy, responses=responses)
-    direct, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.3,
-                                               egpo_alpha=1.5, cot_start_token_id=S, cot_end_token_id=E)
+    direct, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.3,
+                                          egpo_alpha=1.5, cot_start_token_id=S, cot_end_token_id=E)
     assert torch.equal(adv, direct)
 
 
@@ -202,6 +201,6 @@ def test_registry_keeps_token_id_zero():
     responses = responses - 1  # ids 0..4; make 0 the <think> id
     cfg = {"cot_start_token_id": 0, "cot_end_token_id": E}
     adv, _ = egpo_estimator(rewards, mask, index=index, config=cfg, token_level_entropy=entropy, responses=responses)
-    direct, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses,
-                                               cot_start_token_id=0, cot_end_token_id=E)
+    direct, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses,
+                                          cot_start_token_id=0, cot_end_token_id=E)
     assert torch.equal(adv, direct)

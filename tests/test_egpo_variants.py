@@ -16,8 +16,7 @@ from egpo import advantage
 from egpo.advantage import GRANULARITIES, SPANS, compute_cot_mask
 from egpo.advantage.registry import egpo_estimator
 
-compute_egpo_advantage_with_diagnostics = with_declared_defaults(advantage.compute_egpo_advantage_with_diagnostics)
-compute_egpo_outcome_advantage = with_declared_defaults(advantage.compute_egpo_outcome_advantage)
+compute_egpo_advantage = with_declared_defaults(advantage.compute_egpo_advantage)
 
 VARIANTS = [(g, s) for g in GRANULARITIES for s in SPANS]
 IDS = [f"{g}-{s}" for g, s in VARIANTS]
@@ -26,8 +25,8 @@ IDS = [f"{g}-{s}" for g, s in VARIANTS]
 def run(rewards, mask, index, entropy, responses, granularity, span, **kw):
     kw.setdefault("cot_start_token_id", S)
     kw.setdefault("cot_end_token_id", E)
-    return compute_egpo_advantage_with_diagnostics(rewards, mask, index, entropy, responses, granularity=granularity,
-                                                   span=span, **kw)
+    return compute_egpo_advantage(rewards, mask, index, entropy, responses, granularity=granularity,
+                                  span=span, **kw)
 
 
 def reference(rewards, mask, index, entropy, responses, granularity, span, lam=0.4, alpha=2.0, starts_inside=None,
@@ -184,7 +183,7 @@ def test_registry_entry_passes_the_variant(granularity, span):
     cfg = {"egpo_lambda": 0.3, "egpo_alpha": 1.5, "cot_start_token_id": S, "cot_end_token_id": E,
            "egpo_granularity": granularity, "egpo_span": span}
     adv, _ = egpo_estimator(rewards, mask, index=index, config=cfg, token_level_entropy=entropy, responses=responses)
-    direct, _ = compute_egpo_outcome_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.3,
-                                               egpo_alpha=1.5, cot_start_token_id=S, cot_end_token_id=E,
-                                               granularity=granularity, span=span)
+    direct, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.3,
+                                          egpo_alpha=1.5, cot_start_token_id=S, cot_end_token_id=E,
+                                          granularity=granularity, span=span)
     assert torch.equal(adv, direct)

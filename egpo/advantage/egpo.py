@@ -32,8 +32,7 @@ __all__ = [
     "GRANULARITIES",
     "SPANS",
     "EgpoDiagnostics",
-    "compute_egpo_outcome_advantage",
-    "compute_egpo_advantage_with_diagnostics",
+    "compute_egpo_advantage",
     "validate_egpo_coefficients",
     "validate_egpo_variant",
 ]
@@ -139,7 +138,7 @@ def _mean_where(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return values[keep].mean() if bool(keep.any()) else values.new_tensor(float("nan"))
 
 
-def compute_egpo_advantage_with_diagnostics(
+def compute_egpo_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray,
@@ -156,7 +155,20 @@ def compute_egpo_advantage_with_diagnostics(
     epsilon: float = 1e-6,
     starts_inside: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, EgpoDiagnostics]:
-    """:func:`compute_egpo_outcome_advantage` plus the batch's :class:`EgpoDiagnostics`."""
+    """EGPO advantages and returns, both ``(bs, L)`` (returns equal advantages, as in GRPO), and the
+    batch's :class:`EgpoDiagnostics`.
+
+    Args:
+        token_level_rewards: ``(bs, L)``; the outcome score of a response is its row sum.
+        response_mask: ``(bs, L)`` 0/1 valid response tokens.
+        index: ``(bs,)`` group ids (``uid``); responses to one prompt share one.
+        token_level_entropy: ``(bs, L)`` policy entropy per response position (a constant: no gradient).
+        responses: ``(bs, L)`` sampled token ids, used to find the CoT span.
+        cot_start_token_id / cot_end_token_id: ``<think>`` / ``</think>``; may be None with ``span="response"``.
+        starts_inside: optional ``(bs,)`` bool, the response begins inside ``<think>`` (see ``compute_cot_mask``).
+        granularity: ``"response"`` (one bonus per response) or ``"token"`` (one per token, Cheng et al.).
+        span: ``"cot"`` (entropy inside the thinking span) or ``"response"`` (every valid response token).
+    """
     validate_egpo_coefficients(egpo_lambda, egpo_alpha)
     validate_egpo_variant(granularity, span)
     _check_inputs(token_level_rewards, response_mask, index, token_level_entropy, responses)
@@ -249,51 +261,3 @@ def compute_egpo_advantage_with_diagnostics(
         )
     return advantages, advantages, diagnostics
 
-
-def compute_egpo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray,
-    token_level_entropy: torch.Tensor,
-    responses: torch.Tensor,
-    *,
-    egpo_lambda: float,
-    egpo_alpha: float,
-    cot_start_token_id: int | None,
-    cot_end_token_id: int | None,
-    granularity: str,
-    span: str,
-    norm_adv_by_std_in_grpo: bool = True,
-    epsilon: float = 1e-6,
-    starts_inside: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """EGPO advantages and returns, both ``(bs, L)`` (returns equal advantages, as in GRPO).
-
-    Args:
-        token_level_rewards: ``(bs, L)``; the outcome score of a response is its row sum.
-        response_mask: ``(bs, L)`` 0/1 valid response tokens.
-        index: ``(bs,)`` group ids (``uid``); responses to one prompt share one.
-        token_level_entropy: ``(bs, L)`` policy entropy per response position (a constant: no gradient).
-        responses: ``(bs, L)`` sampled token ids, used to find the CoT span.
-        cot_start_token_id / cot_end_token_id: ``<think>`` / ``</think>``; may be None with ``span="response"``.
-        starts_inside: optional ``(bs,)`` bool, the response begins inside ``<think>`` (see ``compute_cot_mask``).
-        granularity: ``"response"`` (one bonus per response) or ``"token"`` (one per token, Cheng et al.).
-        span: ``"cot"`` (entropy inside the thinking span) or ``"response"`` (every valid response token).
-    """
-    advantages, returns, _ = compute_egpo_advantage_with_diagnostics(
-        token_level_rewards,
-        response_mask,
-        index,
-        token_level_entropy,
-        responses,
-        egpo_lambda=egpo_lambda,
-        egpo_alpha=egpo_alpha,
-        cot_start_token_id=cot_start_token_id,
-        cot_end_token_id=cot_end_token_id,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        epsilon=epsilon,
-        starts_inside=starts_inside,
-        granularity=granularity,
-        span=span,
-    )
-    return advantages, returns

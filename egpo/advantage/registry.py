@@ -11,7 +11,7 @@ from __future__ import annotations
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from egpo.advantage.config import EgpoAlgorithmConfig
-from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_outcome_advantage
+from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_advantage
 
 ESTIMATOR_NAME = "egpo"
 
@@ -46,7 +46,7 @@ def egpo_estimator(
     else:
         start_id = QWEN3_THINK_START if start_id is None else start_id
         end_id = QWEN3_THINK_END if end_id is None else end_id
-    return compute_egpo_outcome_advantage(
+    advantages, returns, _ = compute_egpo_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
         index=index,
@@ -61,6 +61,7 @@ def egpo_estimator(
         granularity=algo.egpo_granularity,
         span=algo.egpo_span,
     )
+    return advantages, returns
 
 
 def register() -> None:

@@ -26,23 +26,25 @@ class VerlStack:
     has_v1_trainer: bool  # trainer.use_v1 (verl's TransferQueue trainer) exists
     legacy_worker_settings: tuple[str, ...]  # trainer.use_legacy_worker_impl values building the legacy workers
     padding_needs_flash_attn: bool  # verl.utils.attention_utils imports flash-attn off an NPU (egpo.cpu.padding)
+    note: str  # what else the stack holds, for the install hint
 
 
 VERL = {
     "0.7.1": VerlStack(install="pip install -e '.[verl071]'", sglang="0.5.6.post2", vllm="0.12.0",
                        runner_module="verl.trainer.main_ppo", runner_base="TaskRunner", manager_owns_replicas=True,
                        tool_loop_merges_tokens=False, rollout_seed_key=None, has_v1_trainer=False,
-                       legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True),
+                       legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True,
+                       note="transformers 4.57.1"),
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
                        rollout_seed_key="actor_rollout_ref.rollout.seed", has_v1_trainer=True,
-                       legacy_worker_settings=(), padding_needs_flash_attn=False),
+                       legacy_worker_settings=(), padding_needs_flash_attn=False,
+                       note="transformers 5.x, numpy 2"),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}
 TESTED_VERL = tuple(VERL)
-INSTALL = {v: stack.install for v, stack in VERL.items()}
 
 
 class UnsupportedVerlError(IncompatibleDependencyError):
@@ -56,12 +58,15 @@ def verl_version() -> str:
     except PackageNotFoundError:
         found = None
     if found not in TESTED_VERL:
-        raise UnsupportedVerlError(
-            f"egpo is tested with verl {' and '.join(TESTED_VERL)}; this environment has verl {found}. Install one of "
-            f"them: {INSTALL['0.9.1']} (verl 0.9.1, transformers 5.x, numpy 2) or {INSTALL['0.7.1']} (verl 0.7.1, "
-            "transformers 4.57.1) (README, 'Install')"
-        )
+        raise UnsupportedVerlError(f"egpo is tested with verl {' and '.join(TESTED_VERL)}; this environment has verl "
+                                   f"{found}. {install_hint()}")
     return found
+
+
+def install_hint() -> str:
+    """How to install a tested verl, built from :data:`VERL`."""
+    return ("Install a tested one: " + " or ".join(f"{stack.install} (verl {v}, {stack.note})" for v, stack in
+                                                  reversed(VERL.items())) + " (README, 'Install')")
 
 
 def verl_stack(version: str | None = None) -> VerlStack:

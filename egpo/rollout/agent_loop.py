@@ -7,7 +7,8 @@ first and writes a padded ``(bs, response_length)`` float32 tensor aligned with 
 into the batch, in every worker, so ``DataProto.concat`` across workers sees the same keys.
 
 :class:`EntropyAgentLoopManager` is verl's ``AgentLoopManager`` with this worker and with egpo's replica for
-rollout names egpo serves (``hf``, ``sglang``); other names keep verl's replica (and return no entropy). Where the
+rollout names egpo serves (``egpo.settings.ENTROPY_ROLLOUTS``); other names keep verl's replica (and return no
+entropy). Where the
 replica is chosen depends on the verl version (:mod:`egpo.compat.rollout`). It announces each
 ``generate_sequences`` call's request count to an hf rollout server (:mod:`egpo.rollout.hf.rounds`), whose batches
 then do not depend on timing. egpo.main selects this manager through
@@ -25,7 +26,7 @@ from verl.utils.ray_utils import auto_await
 
 from egpo.keys import ROLLOUT_ENTROPY, SAMPLE_KEY
 from egpo.rollout.hf.rounds import RoundAnnouncer
-from egpo.settings import EgpoSettings
+from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
 
 MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
 
@@ -47,8 +48,8 @@ def collect_rollout_entropy(inputs, response_length: int, *, required: bool) -> 
             raise RolloutEntropyError(
                 "algorithm.entropy_source=rollout, but the rollout server returned no per-token entropy "
                 f"(TokenOutput.extra_fields[{ROLLOUT_ENTROPY!r}] is absent). Use a rollout that produces it "
-                "(actor_rollout_ref.rollout.name=hf on CPU; egpo's patched sglang on GPU), or set "
-                "algorithm.entropy_source=actor."
+                f"(actor_rollout_ref.rollout.name={' or '.join(ENTROPY_ROLLOUTS)}, through egpo's agent-loop "
+                "manager), or set algorithm.entropy_source=actor."
             )
         return None
     if not all(present):

@@ -15,11 +15,12 @@ import inspect
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
-from egpo.advantage import compute_egpo_advantage_with_diagnostics, prompt_ends_inside_think
+from egpo.advantage import compute_egpo_advantage, prompt_ends_inside_think
 from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.advantage.token_selection import top_entropy_mask
+from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.errors import IncompatibleDependencyError
-from egpo.settings import EgpoSettings
+from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
 from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
@@ -41,12 +42,12 @@ def _check_verl_shape() -> None:
     if params != _EXPECTED_PARAMS:
         raise VerlShapeError(
             f"verl.trainer.ppo.ray_trainer.compute_advantage has parameters {params}, egpo expects {_EXPECTED_PARAMS} "
-            "(verl 0.7.1). Pin verl==0.7.1 or update egpo.trainer.advantage_step."
+            f"(verl {' and '.join(TESTED_VERL)}). {install_hint()}"
         )
     if "compute_advantage" not in verl_ray_trainer.RayPPOTrainer.fit.__code__.co_names:
         raise VerlShapeError(
-            "verl's RayPPOTrainer.fit no longer calls the module-level compute_advantage (verl 0.7.1 does), so egpo "
-            "cannot supply entropy to the estimator. Pin verl==0.7.1 or update egpo.trainer.advantage_step."
+            f"verl's RayPPOTrainer.fit no longer calls the module-level compute_advantage (verl "
+            f"{' and '.join(TESTED_VERL)} do), so egpo cannot supply entropy to the estimator. {install_hint()}"
         )
 
 
@@ -56,7 +57,7 @@ def missing_entropy_message(settings: EgpoSettings) -> str:
             f"algorithm.entropy_source=rollout but the batch has no '{ROLLOUT_ENTROPY}': the rollout did not return "
             "per-token entropy. Use egpo's rollout path (the egpo recipes set "
             "actor_rollout_ref.rollout.agent.agent_loop_manager_class to egpo's entropy agent-loop manager, which "
-            "works with the hf and sglang servers), or use algorithm.entropy_source=actor."
+            f"serves rollout names {', '.join(ENTROPY_ROLLOUTS)}), or use algorithm.entropy_source=actor."
         )
     return (
         "algorithm.entropy_source=actor but the actor's entropy was not kept for the advantage: the step did not run "
@@ -89,7 +90,7 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
     starts_inside = None
     if has_markers and "prompts" in batch.keys():
         starts_inside = prompt_ends_inside_think(batch["prompts"], settings.cot_start_token_id, settings.cot_end_token_id)
-    advantages, returns, diagnostics = compute_egpo_advantage_with_diagnostics(
+    advantages, returns, diagnostics = compute_egpo_advantage(
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
         index=data.non_tensor_batch["uid"],

@@ -16,6 +16,7 @@ import torch
 from torch.distributed.tensor import DTensor
 from verl.workers.rollout.base import BaseRollout
 
+from egpo.compat.versions import install_hint
 from egpo.rollout.hf.names import hf_server_name
 
 ROLLOUT_NAME = "hf"
@@ -66,8 +67,8 @@ def register_hf_rollout() -> None:
     registry = getattr(base, "_ROLLOUT_REGISTRY", None)
     if not isinstance(registry, dict) or ("sglang", "async") not in registry:
         raise RuntimeError(
-            "verl.workers.rollout.base._ROLLOUT_REGISTRY is not the {(name, mode): class path} dict of verl 0.7.1; "
-            "egpo cannot register its hf rollout. Pin verl==0.7.1."
+            "verl.workers.rollout.base._ROLLOUT_REGISTRY is not the {(name, mode): class path} dict of the verl "
+            f"versions egpo is tested with; egpo cannot register its hf rollout. {install_hint()}"
         )
     existing = registry.get((ROLLOUT_NAME, "async"))
     if existing not in (None, ADAPTER_PATH):
