@@ -48,7 +48,7 @@ def main() -> None:
         if patched:
             sampler_patch.apply_sampler_patch(EntropyOptions())
         else:
-            sampler_patch.remove_sampler_patch()
+            sampler_patch.SAMPLER_FORWARD.remove()
         sampler = sampler_mod.Sampler()
         out = LogitsProcessorOutput(next_token_logits=x.clone())
         batch_info = info(bs)
@@ -60,7 +60,7 @@ def main() -> None:
 
     print(f"device {args.device}, vocab {args.vocab}, fp32 logits, {args.rounds} interleaved rounds, medians")
     print_patch_table(timed, args.batches, args.vocab, args.rounds, dev)
-    sampler_patch.remove_sampler_patch()
+    sampler_patch.SAMPLER_FORWARD.remove()
 
 
 if __name__ == "__main__":

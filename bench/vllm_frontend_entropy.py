@@ -47,11 +47,11 @@ def step_outputs(requests: int, patched: bool, seed: int):
             for i in range(requests)]
 
 
-def copying_new_completion_output(self, token_ids, finish_reason, stop_reason):
+def copying_new_completion_output(original, self, token_ids, finish_reason, stop_reason):
     """egpo's earlier attach, for the 'before' column: a copy of the whole list at every step."""
     from egpo.rollout.vllm import frontend_patch
 
-    output = frontend_patch._state["new_output"](self, token_ids, finish_reason, stop_reason)
+    output = original(self, token_ids, finish_reason, stop_reason)
     entropy = getattr(self.logprobs_processor, frontend_patch.ENTROPY_FIELD, None)
     if entropy is not None:
         setattr(output, frontend_patch.ENTROPY_FIELD, list(entropy))
@@ -66,17 +66,21 @@ def main() -> None:
     args = parser.parse_args()
 
     import vllm
-    from vllm.v1.engine.output_processor import RequestState
 
+    from egpo.patching import Patch, remove_all
     from egpo.rollout.vllm import frontend_patch
 
+    copying = Patch(frontend_patch.NEW_OUTPUT.target, copying_new_completion_output)
+    every_patch = (*frontend_patch.PATCHES, copying)
+
     def timed(variant: str, length: int, seed: int) -> float:
-        frontend_patch.remove_frontend_patch()
+        remove_all(every_patch)
         patched = variant != "vllm"
-        if patched:
+        if variant == "reference":
             frontend_patch.apply_frontend_patch()
-            if variant == "copy":
-                RequestState._new_completion_output = copying_new_completion_output
+        elif variant == "copy":
+            frontend_patch.UPDATE.apply()
+            copying.apply()
         processor = build(args.requests, length, patched)
         outputs = step_outputs(args.requests, patched, seed)
         gc.collect()
@@ -85,7 +89,7 @@ def main() -> None:
         processor.process_outputs(outputs)
         elapsed = time.perf_counter() - start
         gc.enable()
-        frontend_patch.remove_frontend_patch()
+        remove_all(every_patch)
         return elapsed
 
     variants = ("vllm", "copy", "reference")

@@ -15,6 +15,7 @@ import time
 import torch
 from interleaved import patch_bench_arguments, print_patch_table
 
+from egpo.patching import remove_all
 from egpo.rollout.entropy import EntropyOptions
 
 
@@ -46,7 +47,7 @@ def main() -> None:
         if patched:
             sampler_patch.apply_sampler_patch(EntropyOptions())
         else:
-            sampler_patch.remove_sampler_patch()
+            remove_all(sampler_patch.PATCHES)
         sampler = Sampler(logprobs_mode="processed_logprobs")
         meta = metadata(bs, dev)
         logits = x.clone()
@@ -59,7 +60,7 @@ def main() -> None:
     print(f"vllm {vllm.__version__}, device {args.device}, vocab {args.vocab}, fp32 logits, {args.rounds} "
           "interleaved rounds, medians")
     print_patch_table(timed, args.batches, args.vocab, args.rounds, dev)
-    sampler_patch.remove_sampler_patch()
+    remove_all(sampler_patch.PATCHES)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
     import sglang
 
     from egpo.rollout.entropy import EntropyOptions
-    from egpo.rollout.sglang.tokenizer_patches import apply_tokenizer_patches, remove_tokenizer_patches
+    from egpo.patching import remove_all
+    from egpo.rollout.sglang.tokenizer_patches import PATCHES, apply_tokenizer_patches
 
     if patched:
         install_process_entries(options or EntropyOptions())
@@ -104,7 +105,7 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
         engine.shutdown()
         signal.signal(signal.SIGQUIT, sigquit)
         if patched:
-            remove_tokenizer_patches()
+            remove_all(PATCHES)
 
 
 def scheduler_state(engine) -> dict:

@@ -29,7 +29,7 @@ def cpu_sampler_environment(monkeypatch):
     monkeypatch.setattr(sampler_mod, "get_global_server_args", lambda: args)
     monkeypatch.setattr(sampler_mod, "get_tp_group", lambda: SimpleNamespace(device_group=None))
     yield
-    sampler_patch.remove_sampler_patch()
+    sampler_patch.SAMPLER_FORWARD.remove()
 
 
 def batch_info(temperatures, greedy: bool, top_k=None):
@@ -107,8 +107,9 @@ def test_sampled_tokens_are_unchanged_by_the_patch(greedy, top_k):
 def test_patch_is_idempotent_and_updates_options():
     sampler_patch.apply_sampler_patch(EntropyOptions())
     sampler_patch.apply_sampler_patch(EntropyOptions(top_k=3))
-    assert sampler_mod.Sampler.forward is sampler_patch.entropy_sampler_forward
-    assert sampler_patch._state["original"] is not sampler_patch.entropy_sampler_forward
+    forward = sampler_patch.SAMPLER_FORWARD
+    assert forward.applied() and sampler_mod.Sampler.forward is forward.current()
+    assert not hasattr(forward.original(), "__egpo_patch__")  # wrapped once, around sglang's
     _, out = run(logits_batch(), batch_info([1.0] * 5, True))
     assert getattr(out, sampler_patch.ENTROPY_ATTR).max() <= torch.log(torch.tensor(3.0)) + 1e-6
 

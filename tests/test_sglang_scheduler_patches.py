@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from egpo.patching import remove_all
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.versions import SglangPatchTargetError
 from egpo.rollout.sglang.standins import import_sglang_sampler
@@ -24,6 +25,11 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
 from egpo.rollout.sglang import scheduler_patches  # noqa: E402
+from egpo.rollout.sglang.sampler_patch import SAMPLER_FORWARD  # noqa: E402
+
+
+def remove_patches():
+    remove_all((*scheduler_patches.PATCHES, SAMPLER_FORWARD))
 
 
 class RecordingSender:
@@ -101,7 +107,7 @@ def patched(monkeypatch):
     monkeypatch.setattr(schedule_batch, "get_global_server_args", lambda: server_args)
     scheduler_patches.apply_scheduler_patches(EntropyOptions())
     yield
-    scheduler_patches.remove_scheduler_patches()
+    remove_patches()
 
 
 def make_req(rid, max_new_tokens, stream):
@@ -204,9 +210,9 @@ def test_copy_to_cpu_moves_the_entropy_before_the_event():
 
 def test_patches_are_idempotent_and_guarded(monkeypatch):
     scheduler_patches.apply_scheduler_patches(EntropyOptions(top_k=4))  # second application: no double wrap
-    assert scheduler_patches._originals["process_batch_result_decode"] is not \
-        scheduler_patches.process_batch_result_decode_with_entropy
-    scheduler_patches.remove_scheduler_patches()
+    decode = scheduler_patches.DECODE
+    assert decode.applied() and not hasattr(decode.original(), "__egpo_patch__")  # wrapped once, around sglang's
+    remove_patches()
 
     def altered(self, batch, result, extra):
         return None

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from egpo.patching import remove_all
 from egpo.rollout.sglang.versions import SglangPatchTargetError
 from egpo.rollout.sglang.standins import import_sglang_sampler
 
@@ -21,7 +22,7 @@ from egpo.rollout.sglang import tokenizer_patches  # noqa: E402
 def patched():
     tokenizer_patches.apply_tokenizer_patches()
     yield
-    tokenizer_patches.remove_tokenizer_patches()
+    remove_all(tokenizer_patches.PATCHES)
 
 
 def manager():
@@ -108,8 +109,9 @@ def test_unpatched_scheduler_sends_none_and_meta_info_stays_verls():
 
 def test_idempotent_and_guarded(monkeypatch):
     tokenizer_patches.apply_tokenizer_patches()
-    assert tokenizer_patches._originals["convert_logprob_style"] is not tokenizer_patches.convert_logprob_style_with_entropy
-    tokenizer_patches.remove_tokenizer_patches()
+    convert = tokenizer_patches.CONVERT
+    assert convert.applied() and not hasattr(convert.original(), "__egpo_patch__")  # wrapped once, around sglang's
+    remove_all(tokenizer_patches.PATCHES)
 
     def altered(self, meta_info, state, top_logprobs_num, token_ids_logprob, return_text_in_logprobs, recv_obj):
         return None

@@ -208,8 +208,7 @@ def test_stock_trainer_path_refuses_egpo_without_entropy():
     register()  # what `import egpo; egpo.register()` does for a stock verl entry point
 
     batch = make_batch(True)
-    original = verl_ray_trainer.compute_advantage
-    upstream = getattr(original, "__egpo_wraps__", original)
+    upstream = advantage_step.COMPUTE_ADVANTAGE.original()
     with initialize_config_module(config_module="egpo.config", version_base=None):
         cfg = compose(config_name="egpo_trainer", overrides=["algorithm.adv_estimator=egpo"])
     with pytest.raises(EntropyNotSuppliedError):

@@ -35,6 +35,7 @@ if RUNNER == "v2":
 import torch  # noqa: E402
 from reference import entropy_rows_ref  # noqa: E402
 
+from egpo.patching import remove_all  # noqa: E402
 from egpo.rollout.engine_options import ENV_VAR, export_options  # noqa: E402
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
 from egpo.rollout.vllm import frontend_patch, runner_v2_patch, sampler_patch, worker_entropy  # noqa: E402
@@ -64,9 +65,9 @@ def llm(model_dir):
     engine = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
                  max_num_seqs=8, disable_log_stats=True)
     yield engine
-    frontend_patch.remove_frontend_patch()
-    sampler_patch.remove_sampler_patch()
-    runner_v2_patch.remove_runner_v2_patch()
+    remove_all(frontend_patch.PATCHES)
+    remove_all(sampler_patch.PATCHES)
+    remove_all(runner_v2_patch.PATCHES)
     os.environ.clear()
     os.environ.update(saved)
 
@@ -113,8 +114,8 @@ def test_vllm_loads_egpos_plugin_and_the_runners_sampler_is_patched(llm):
     v2_sampler = __import__("vllm.v1.worker.gpu.sample.sampler", fromlist=["Sampler"]).Sampler
     assert os.environ.get(ENV_VAR)
     # both applied by vLLM's own plugin loader, not by the test: whichever runner vLLM picks samples through egpo's
-    assert Sampler.forward is sampler_patch.entropy_forward
-    assert v2_sampler.__call__ is runner_v2_patch.entropy_call
+    assert getattr(Sampler.forward, "__egpo_patch__", None) is sampler_patch.FORWARD
+    assert getattr(v2_sampler.__call__, "__egpo_patch__", None) is runner_v2_patch.CALL
     assert isinstance(worker_sampler(llm), v2_sampler if RUNNER == "v2" else Sampler)
 
 
@@ -181,9 +182,9 @@ def test_sampled_tokens_and_log_probs_are_those_of_an_unpatched_engine(llm):
     temperatures = [1.0, 0.7, 0.0]
     patched = generate(llm, temperatures)
     options = worker_entropy.current_options()
-    sampler_patch.remove_sampler_patch()
-    runner_v2_patch.remove_runner_v2_patch()
-    frontend_patch.remove_frontend_patch()
+    remove_all(sampler_patch.PATCHES)
+    remove_all(runner_v2_patch.PATCHES)
+    remove_all(frontend_patch.PATCHES)
     try:
         plain = generate(llm, temperatures)
     finally:

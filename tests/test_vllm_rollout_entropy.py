@@ -13,6 +13,7 @@ from vllm_classes import engine_core_request, lists_with_entropy, require_vllm, 
 pytestmark = pytest.mark.vllm
 vllm = require_vllm()
 
+from egpo.patching import remove_all  # noqa: E402
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
 from reference import entropy_rows_ref  # noqa: E402
 from egpo.rollout.vllm import frontend_patch, sampler_patch  # noqa: E402
@@ -43,7 +44,7 @@ def generators(rows: int, seed: int = 1234):
 @pytest.fixture
 def patched():
     yield lambda options=EntropyOptions(): sampler_patch.apply_sampler_patch(options)
-    sampler_patch.remove_sampler_patch()
+    remove_all(sampler_patch.PATCHES)
 
 
 def test_installed_version_is_supported_and_its_targets_have_their_shape():
@@ -162,7 +163,7 @@ def test_column_rides_the_per_request_slicing_and_the_engine_core_message(patche
 def frontend():
     frontend_patch.apply_frontend_patch()
     yield
-    frontend_patch.remove_frontend_patch()
+    remove_all(frontend_patch.PATCHES)
 
 
 @pytest.mark.parametrize("kind", ["FINAL_ONLY", "DELTA", "CUMULATIVE"])
@@ -249,11 +250,11 @@ def test_both_patches_in_one_process_in_either_order(order):
             apply()
         check_targets()
     finally:
-        sampler_patch.remove_sampler_patch()
-        frontend_patch.remove_frontend_patch()
+        remove_all(sampler_patch.PATCHES)
+        remove_all(frontend_patch.PATCHES)
     from vllm.v1.sample.sampler import Sampler
 
-    assert Sampler.forward is not sampler_patch.entropy_forward
+    assert not hasattr(Sampler.forward, "__egpo_patch__")
     check_targets()
 
 
@@ -318,4 +319,4 @@ def test_runner_v2_takes_the_entropy_before_its_in_place_temperature(monkeypatch
         torch.testing.assert_close(entropy.double(), entropy64(raw, scaled, options.top_k), rtol=1e-5, atol=1e-5)
         assert not torch.equal(logits, raw)  # V2 went on to divide them
     finally:
-        runner_v2_patch.remove_runner_v2_patch()
+        remove_all(runner_v2_patch.PATCHES)

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from egpo.keys import ROLLOUT_ENTROPY  # noqa: E402
 from egpo.rollout.engine_options import ENV_VAR, read_options  # noqa: E402
+from egpo.patching import remove_all  # noqa: E402
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
 from egpo.rollout.vllm import frontend_patch, plugin, sampler_patch  # noqa: E402
 from egpo.rollout.vllm.server import EntropyvLLMHttpServer, prepare_entropy_engine  # noqa: E402
@@ -44,7 +45,7 @@ def bare_server(engine):
 def frontend():
     frontend_patch.apply_frontend_patch()
     yield
-    frontend_patch.remove_frontend_patch()
+    remove_all(frontend_patch.PATCHES)
 
 
 @pytest.mark.parametrize("wants_log_probs", [False, True])
@@ -63,7 +64,7 @@ def test_generate_returns_the_entropy_with_the_tokens(frontend, wants_log_probs)
 
 
 def test_a_front_end_without_the_patch_stops_the_request_with_the_fix(frontend):
-    frontend_patch.remove_frontend_patch()  # nothing attaches egpo_entropy
+    remove_all(frontend_patch.PATCHES)  # nothing attaches egpo_entropy
     server = bare_server(OutputProcessorEngine([([5], [0.5])]))
     with pytest.raises(RuntimeError, match="vllm.general_plugins entry point"):
         asyncio.run(server.generate([1, 2, 3], {"temperature": 1.0}, "req-2"))
@@ -97,9 +98,10 @@ def test_prepare_exports_the_options_and_patches_the_front_end(monkeypatch):
         assert "VLLM_USE_V2_MODEL_RUNNER" not in os.environ  # the model runner stays vLLM's choice
         from vllm.v1.engine.logprobs import LogprobsProcessor
 
-        assert LogprobsProcessor._update_sample_logprobs is frontend_patch.entropy_update_sample_logprobs
+        assert frontend_patch.UPDATE.applied()
+        assert LogprobsProcessor._update_sample_logprobs is frontend_patch.UPDATE.current()
     finally:
-        frontend_patch.remove_frontend_patch()
+        remove_all(frontend_patch.PATCHES)
 
 
 def test_plugin_acts_only_for_an_engine_egpo_launched(monkeypatch):
@@ -114,18 +116,19 @@ def test_plugin_acts_only_for_an_engine_egpo_launched(monkeypatch):
     assert "egpo.rollout.vllm.plugin:load" in {e.value for e in entry_points(group="vllm.general_plugins")}
     monkeypatch.delenv(ENV_VAR, raising=False)
     plugin.load()
-    assert Sampler.forward is not sampler_patch.entropy_forward  # any other vLLM user: untouched
-    assert v2_sampler.__call__ is not runner_v2_patch.entropy_call
+    assert not sampler_patch.FORWARD.applied()  # any other vLLM user: untouched
+    assert not hasattr(Sampler.forward, "__egpo_patch__") and not hasattr(v2_sampler.__call__, "__egpo_patch__")
     monkeypatch.setenv(ENV_VAR, '{"top_k": 3, "temperature_scaled": false}')
     try:
         plugin.load()
-        assert Sampler.forward is sampler_patch.entropy_forward
+        assert getattr(Sampler.forward, "__egpo_patch__", None) is sampler_patch.FORWARD
         # Model Runner V2's sampler too, where egpo serves it (0.24.0+): whichever runner vLLM picks is patched
-        assert (v2_sampler.__call__ is runner_v2_patch.entropy_call) is vllm_targets().serves_runner_v2
+        assert (getattr(v2_sampler.__call__, "__egpo_patch__", None) is runner_v2_patch.CALL) is \
+            vllm_targets().serves_runner_v2
         assert worker_entropy.current_options() == EntropyOptions(top_k=3)
     finally:
-        sampler_patch.remove_sampler_patch()
-        runner_v2_patch.remove_runner_v2_patch()
+        remove_all(sampler_patch.PATCHES)
+        remove_all(runner_v2_patch.PATCHES)
     assert os.environ[ENV_VAR]
 
 

@@ -13,18 +13,29 @@ the version and the target rather than failing in the first batch.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 
 from egpo.compat.versions import verl_stack, verl_version
 from egpo.errors import IncompatibleDependencyError
+from egpo.patching import Patch, parameters
 
-TARGET = "verl.utils.attention_utils._get_attention_functions"
 SOURCE = "verl.utils.npu_flash_attn_utils"
 FUNCTIONS = ("index_first_axis", "pad_input", "rearrange", "unpad_input")  # the order attention_utils unpacks
 
 
 class PaddingPatchTargetError(IncompatibleDependencyError):
     pass
+
+
+def torch_padding_functions(original):
+    """In place of flash-attn's helpers: verl's pure-torch copies (``original`` would import flash-attn)."""
+    import importlib
+
+    source = importlib.import_module(SOURCE)
+    return tuple(getattr(source, name) for name in FUNCTIONS)
+
+
+PADDING = Patch("verl.utils.attention_utils:_get_attention_functions", torch_padding_functions)
+TARGET = PADDING.dotted
 
 
 def use_torch_padding() -> bool:
@@ -35,18 +46,10 @@ def use_torch_padding() -> bool:
 
     original = getattr(attention_utils, "_get_attention_functions", None)
     missing = [name for name in FUNCTIONS if not callable(getattr(npu_flash_attn_utils, name, None))]
-    if original is None or inspect.signature(original).parameters or missing:
+    if original is None or parameters(original) or missing:
         raise PaddingPatchTargetError(
             f"verl {verl_version()}: {TARGET} is not the zero-argument function egpo replaces on a CPU"
             + (f" ({SOURCE} lacks {', '.join(missing)})" if missing else "")
             + "; this verl cannot unpad batches without flash-attn")
-    if getattr(original, "_egpo_torch_padding", False):
-        return True
-    functions = tuple(getattr(npu_flash_attn_utils, name) for name in FUNCTIONS)
-
-    def torch_padding_functions():
-        return functions
-
-    torch_padding_functions._egpo_torch_padding = True
-    attention_utils._get_attention_functions = torch_padding_functions
+    PADDING.apply()
     return True

@@ -20,6 +20,7 @@ from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.errors import IncompatibleDependencyError
+from egpo.patching import Patch, parameters
 from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
 from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 
@@ -35,10 +36,7 @@ class MissingEntropyError(RuntimeError):
 
 
 def _check_verl_shape() -> None:
-    target = verl_ray_trainer.compute_advantage
-    if getattr(target, "__egpo_wraps__", None) is not None:
-        target = target.__egpo_wraps__
-    params = tuple(inspect.signature(target).parameters)
+    params = parameters(COMPUTE_ADVANTAGE.original())
     if params != _EXPECTED_PARAMS:
         raise VerlShapeError(
             f"verl.trainer.ppo.ray_trainer.compute_advantage has parameters {params}, egpo expects {_EXPECTED_PARAMS} "
@@ -136,19 +134,19 @@ def add_step_metrics(data: DataProto, metrics: dict) -> None:
     data.meta_info.setdefault(STEP_METRICS, {}).update(metrics)
 
 
-def compute_advantage(data, adv_estimator, *args, **kwargs):
-    """verl's ``compute_advantage`` with the ``egpo`` branch; other estimators go to verl unchanged."""
+def compute_advantage(original, data, adv_estimator, *args, **kwargs):
+    """Around verl's ``compute_advantage``: the ``egpo`` branch; other estimators go to verl unchanged."""
     if getattr(adv_estimator, "value", adv_estimator) != ESTIMATOR_NAME:
-        return compute_advantage.__egpo_wraps__(data, adv_estimator, *args, **kwargs)
-    bound = inspect.signature(compute_advantage.__egpo_wraps__).bind(data, adv_estimator, *args, **kwargs)
+        return original(data, adv_estimator, *args, **kwargs)
+    bound = inspect.signature(original).bind(data, adv_estimator, *args, **kwargs)
     bound.apply_defaults()
     return compute_egpo_advantage_step(data, bound.arguments["config"], bound.arguments["norm_adv_by_std_in_grpo"])
+
+
+COMPUTE_ADVANTAGE = Patch("verl.trainer.ppo.ray_trainer:compute_advantage", compute_advantage)
 
 
 def install() -> None:
     """Routes verl's ``compute_advantage`` through :func:`compute_advantage` (guarded, idempotent)."""
     _check_verl_shape()
-    if verl_ray_trainer.compute_advantage is compute_advantage:
-        return
-    compute_advantage.__egpo_wraps__ = verl_ray_trainer.compute_advantage
-    verl_ray_trainer.compute_advantage = compute_advantage
+    COMPUTE_ADVANTAGE.apply()

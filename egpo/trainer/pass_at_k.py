@@ -63,13 +63,13 @@ _EXPECTED_PARAMS = ("data_sources", "sample_uids", "reward_extra_infos_dict", "s
 def check_verl_shape(trainer_cls) -> None:
     """verl's ``_val_metrics_update`` (the method egpo's trainer extends to add pass@k) still takes the validation's
     per-sample data sources, uids and rewards (verl 0.7.1 and 0.9.1 do)."""
-    import inspect
-
+    from egpo.compat.versions import TESTED_VERL, install_hint
+    from egpo.patching import parameters
     from egpo.trainer.advantage_step import VerlShapeError
 
     target = getattr(trainer_cls, "_val_metrics_update", None)
-    params = tuple(inspect.signature(target).parameters)[1:] if target is not None else None
+    params = parameters(target) if target is not None else None
     if params != _EXPECTED_PARAMS:
         raise VerlShapeError(
             f"verl's RayPPOTrainer._val_metrics_update has parameters {params}, egpo expects {_EXPECTED_PARAMS} "
-            "(verl 0.7.1 and 0.9.1) to log pass@k; use one of those verl versions or update egpo.trainer.pass_at_k.")
+            f"(verl {' and '.join(TESTED_VERL)}) to log pass@k. {install_hint()}")

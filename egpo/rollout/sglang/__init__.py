@@ -7,3 +7,7 @@
 * 0.5.20 and 0.5.23 (verl's next pin is 0.5.20): sglang's official ``SamplingObserver`` (``observer``), installed by
   egpo's ``sglang.srt.plugins`` entry point (``plugin``) through sglang's ``HookRegistry``; nothing patched.
 """
+
+# Where sglang's reply carries a request's entropy list: meta_info's key (both paths), and the Req.customized_info
+# key the observer fills (sglang copies customized_info into meta_info).
+META_KEY = "output_token_entropy"

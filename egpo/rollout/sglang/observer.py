@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
-from egpo.rollout.sglang.tokenizer_patches import META_KEY  # also the Req.customized_info key: sglang copies it over
+from egpo.rollout.sglang import META_KEY  # also the Req.customized_info key: sglang copies it over
 
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 INIT_TARGET = f"{MODEL_RUNNER}.__init__"

@@ -12,23 +12,27 @@ swap would miss instances built from the earlier import).
 
 from __future__ import annotations
 
+from egpo.patching import Patch
 from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
 from egpo.rollout.sglang.versions import check_parameters
 
 ENTROPY_ATTR = "next_token_entropy"
 FORWARD_PARAMS = ("logits_output", "sampling_info", "return_logprob", "top_logprobs_nums", "token_ids_logprobs", "positions")
 
-_state: dict = {"original": None, "options": EntropyOptions()}
+_options: dict = {"current": EntropyOptions()}  # this process's options (set by apply_sampler_patch)
 
 
-def entropy_sampler_forward(self, logits_output, sampling_info, *args, **kwargs):
-    options = _state["options"]
+def entropy_sampler_forward(original, self, logits_output, sampling_info, *args, **kwargs):
+    options = _options["current"]
     temperature = sampling_info.temperatures if options.temperature_scaled else None
     logits = logits_output.next_token_logits
     # fused (torch.compile, eager fallback) on the GPU; eager elsewhere
     entropy = token_entropy(logits, top_k=options.top_k, temperature=temperature, compiled=logits.is_cuda)
     setattr(logits_output, ENTROPY_ATTR, entropy)
-    return _state["original"](self, logits_output, sampling_info, *args, **kwargs)
+    return original(self, logits_output, sampling_info, *args, **kwargs)
+
+
+SAMPLER_FORWARD = Patch("sglang.srt.layers.sampler:Sampler.forward", entropy_sampler_forward)
 
 
 def kernel_width(server_args, options: EntropyOptions) -> int:
@@ -54,19 +58,7 @@ def warm_sampler_kernel(server_args, gpu_id: int, options: EntropyOptions, devic
 
 def apply_sampler_patch(options: EntropyOptions) -> None:
     """Idempotent; a second call only updates the options."""
-    from sglang.srt.layers.sampler import Sampler
-
-    _state["options"] = options
-    if Sampler.forward is entropy_sampler_forward:
-        return
-    check_parameters(Sampler.forward, FORWARD_PARAMS, "sglang.srt.layers.sampler.Sampler.forward")
-    _state["original"] = Sampler.forward
-    Sampler.forward = entropy_sampler_forward
-
-
-def remove_sampler_patch() -> None:
-    from sglang.srt.layers.sampler import Sampler
-
-    if Sampler.forward is entropy_sampler_forward:
-        Sampler.forward = _state["original"]
-        _state["original"] = None
+    _options["current"] = options
+    if not SAMPLER_FORWARD.applied():
+        check_parameters(SAMPLER_FORWARD.original(), FORWARD_PARAMS, SAMPLER_FORWARD.dotted)
+        SAMPLER_FORWARD.apply()

@@ -20,14 +20,13 @@ Speculative decoding samples outside ``Sampler`` and is refused at launch (:mod:
 
 from __future__ import annotations
 
+from egpo.patching import Patch, apply_all
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.versions import SglangPatchTargetError, check_parameters, import_target, sglang_version
 from egpo.rollout.sglang.sampler_patch import ENTROPY_ATTR, apply_sampler_patch
 
 REQ_VALUES = "output_token_entropy_val"  # on Req: every value appended so far
 REQ_OFFSET = "egpo_entropy_sent_offset"  # on Req: how many of them were already sent
-
-_originals: dict[str, object] = {}
 
 
 def _values(req) -> list:
@@ -45,15 +44,15 @@ def _batch_entropy(result) -> list | None:
 
 
 # ---------------------------------------------------------------------------------------------- patched methods
-def copy_to_cpu_with_entropy(self, return_logprob, *args, **kwargs):
+def copy_to_cpu_with_entropy(original, self, return_logprob, *args, **kwargs):
     logits_output = self.logits_output
     entropy = getattr(logits_output, ENTROPY_ATTR, None) if logits_output is not None else None
     if entropy is not None:
         setattr(logits_output, ENTROPY_ATTR, entropy.to("cpu", non_blocking=True))
-    return _originals["copy_to_cpu"](self, return_logprob, *args, **kwargs)
+    return original(self, return_logprob, *args, **kwargs)
 
 
-def process_batch_result_prefill_with_entropy(self, batch, result):
+def process_batch_result_prefill_with_entropy(original, self, batch, result):
     if getattr(self, "is_generation", True):
         if result.copy_done is not None:
             result.copy_done.synchronize()
@@ -63,10 +62,10 @@ def process_batch_result_prefill_with_entropy(self, batch, result):
                 # the original appends output_ids for exactly these requests
                 if not (req.finished() or req.is_retracted) and req.is_chunked <= 0:
                     _values(req).append(value)
-    return _originals["process_batch_result_prefill"](self, batch, result)
+    return original(self, batch, result)
 
 
-def process_batch_result_decode_with_entropy(self, batch, result):
+def process_batch_result_decode_with_entropy(original, self, batch, result):
     if result.copy_done is not None:
         result.copy_done.synchronize()
     entropy = _batch_entropy(result)
@@ -77,7 +76,7 @@ def process_batch_result_decode_with_entropy(self, batch, result):
             if overlap and (req.finished() or req.is_retracted):
                 continue
             _values(req).append(value)
-    return _originals["process_batch_result_decode"](self, batch, result)
+    return original(self, batch, result)
 
 
 class _EntropyAttachingSender:
@@ -105,36 +104,37 @@ class _EntropyAttachingSender:
         return getattr(self._sender, name)
 
 
-def stream_output_generation_with_entropy(self, reqs, return_logprob, skip_req=None, *args, **kwargs):
+def stream_output_generation_with_entropy(original, self, reqs, return_logprob, skip_req=None, *args, **kwargs):
     sender = self.send_to_detokenizer
     self.send_to_detokenizer = _EntropyAttachingSender(sender, reqs)
     try:
-        return _originals["stream_output_generation"](self, reqs, return_logprob, skip_req, *args, **kwargs)
+        return original(self, reqs, return_logprob, skip_req, *args, **kwargs)
     finally:
         self.send_to_detokenizer = sender
 
 
 # ---------------------------------------------------------------------------------------------- install
-def _targets():
+_MIXIN = "sglang.srt.managers.scheduler_output_processor_mixin:SchedulerOutputProcessorMixin"
+COPY_TO_CPU = Patch("sglang.srt.managers.utils:GenerationBatchResult.copy_to_cpu", copy_to_cpu_with_entropy)
+PREFILL = Patch(f"{_MIXIN}.process_batch_result_prefill", process_batch_result_prefill_with_entropy)
+DECODE = Patch(f"{_MIXIN}.process_batch_result_decode", process_batch_result_decode_with_entropy)
+STREAM = Patch(f"{_MIXIN}.stream_output_generation", stream_output_generation_with_entropy)
+PATCHES = (COPY_TO_CPU, PREFILL, DECODE, STREAM)  # the sampler's own: egpo.rollout.sglang.sampler_patch
+
+
+def _targets() -> list[tuple[Patch, tuple[str, ...]]]:
+    """Each scheduler-side patch with the parameters its target has in the installed sglang's table."""
     from egpo.rollout.sglang.versions import sglang_targets
 
     version = sglang_targets()
     BatchTokenIDOutput = import_target("sglang.srt.managers.io_struct").BatchTokenIDOutput
-    SchedulerOutputProcessorMixin = import_target(
-        "sglang.srt.managers.scheduler_output_processor_mixin").SchedulerOutputProcessorMixin
-    GenerationBatchResult = import_target("sglang.srt.managers.utils").GenerationBatchResult
+    import_target("sglang.srt.managers.scheduler_output_processor_mixin")
+    import_target("sglang.srt.managers.utils")
     if "output_token_entropy_val" not in getattr(BatchTokenIDOutput, "__dataclass_fields__", {}):
         raise SglangPatchTargetError(f"sglang {sglang_version()}: BatchTokenIDOutput has no output_token_entropy_val "
                                      "field, which egpo fills")
-    return [
-        (GenerationBatchResult, "copy_to_cpu", version.copy_to_cpu_params, copy_to_cpu_with_entropy),
-        (SchedulerOutputProcessorMixin, "process_batch_result_prefill", ("batch", "result"),
-         process_batch_result_prefill_with_entropy),
-        (SchedulerOutputProcessorMixin, "process_batch_result_decode", ("batch", "result"),
-         process_batch_result_decode_with_entropy),
-        (SchedulerOutputProcessorMixin, "stream_output_generation", version.stream_output_params,
-         stream_output_generation_with_entropy),
-    ]
+    return [(COPY_TO_CPU, version.copy_to_cpu_params), (PREFILL, ("batch", "result")), (DECODE, ("batch", "result")),
+            (STREAM, version.stream_output_params)]
 
 
 def _check_decode_skip_rule(decode) -> None:
@@ -151,38 +151,20 @@ def _check_decode_skip_rule(decode) -> None:
         )
 
 
-def check_scheduler_patch_targets() -> list:
-    """Every scheduler-side target's shape (also run in the parent, so a mismatch stops start-up there)."""
-    from sglang.srt.layers.sampler import Sampler
+def check_scheduler_patch_targets() -> list[Patch]:
+    """Every scheduler-side target's shape (also run in the parent, so a mismatch stops start-up there); the
+    patches, the sampler's last."""
+    from egpo.rollout.sglang.sampler_patch import FORWARD_PARAMS, SAMPLER_FORWARD
 
-    from egpo.rollout.sglang.sampler_patch import FORWARD_PARAMS, entropy_sampler_forward
-
-    targets = _targets()
-    for owner, name, params, replacement in targets:
-        current = owner.__dict__.get(name)
-        if current is not replacement:
-            check_parameters(current, params, f"{owner.__module__}.{owner.__qualname__}.{name}")
-            if name == "process_batch_result_decode":
-                _check_decode_skip_rule(current)
-    if Sampler.forward is not entropy_sampler_forward:
-        check_parameters(Sampler.forward, FORWARD_PARAMS, "sglang.srt.layers.sampler.Sampler.forward")
-    return targets
+    targets = _targets() + [(SAMPLER_FORWARD, FORWARD_PARAMS)]
+    for patch, params in targets:
+        check_parameters(patch.original(), params, patch.dotted)
+    _check_decode_skip_rule(DECODE.original())
+    return [patch for patch, _ in targets]
 
 
 def apply_scheduler_patches(options: EntropyOptions) -> None:
     """Sampler + scheduler patches in this process. Every target is checked before any is changed; idempotent."""
-    targets = check_scheduler_patch_targets()
+    check_scheduler_patch_targets()
     apply_sampler_patch(options)
-    for owner, name, _params, replacement in targets:
-        if owner.__dict__.get(name) is not replacement:
-            _originals[name] = owner.__dict__[name]
-            setattr(owner, name, replacement)
-
-
-def remove_scheduler_patches() -> None:
-    from egpo.rollout.sglang.sampler_patch import remove_sampler_patch
-
-    for owner, name, _params, replacement in _targets():
-        if owner.__dict__.get(name) is replacement:
-            setattr(owner, name, _originals.pop(name))
-    remove_sampler_patch()
+    apply_all(PATCHES)

@@ -24,7 +24,8 @@ from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangHttpSe
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.token_output import attach_rollout_entropy
 from egpo.rollout.sglang.limits import refuse_unsupported_settings
-from egpo.rollout.sglang.tokenizer_patches import META_KEY, apply_tokenizer_patches
+from egpo.rollout.sglang import META_KEY
+from egpo.rollout.sglang.tokenizer_patches import apply_tokenizer_patches
 from egpo.rollout.sglang.versions import sglang_targets
 
 

@@ -9,19 +9,18 @@ Here each request's values are accumulated on its ``ReqState`` exactly where its
 
 from __future__ import annotations
 
+from egpo.patching import Patch, apply_all
+from egpo.rollout.sglang import META_KEY
 from egpo.rollout.sglang.versions import check_parameters, import_target
 
-META_KEY = "output_token_entropy"
 STATE_VALUES = "egpo_output_token_entropy"
 
 CONVERT_PARAMS = ("meta_info", "state", "top_logprobs_num", "token_ids_logprob", "return_text_in_logprobs",
                   "recv_obj", "recv_obj_index")
 ADD_PARAMS = ("meta_info", "state", "top_logprobs_num", "token_ids_logprob", "return_text_in_logprobs")
 
-_originals: dict[str, object] = {}
 
-
-def convert_logprob_style_with_entropy(self, meta_info, state, top_logprobs_num, token_ids_logprob,
+def convert_logprob_style_with_entropy(original, self, meta_info, state, top_logprobs_num, token_ids_logprob,
                                        return_text_in_logprobs, recv_obj, recv_obj_index):
     column = getattr(recv_obj, "output_token_entropy_val", None)
     # the original returns early, accumulating nothing, when the message carries no log probs
@@ -31,41 +30,27 @@ def convert_logprob_style_with_entropy(self, meta_info, state, top_logprobs_num,
             values = []
             setattr(state, STATE_VALUES, values)
         values.extend(column[recv_obj_index])
-    return _originals["convert_logprob_style"](self, meta_info, state, top_logprobs_num, token_ids_logprob,
-                                              return_text_in_logprobs, recv_obj, recv_obj_index)
+    return original(self, meta_info, state, top_logprobs_num, token_ids_logprob, return_text_in_logprobs, recv_obj,
+                    recv_obj_index)
 
 
-def add_logprob_to_meta_info_with_entropy(self, meta_info, state, top_logprobs_num, token_ids_logprob,
+def add_logprob_to_meta_info_with_entropy(original, self, meta_info, state, top_logprobs_num, token_ids_logprob,
                                           return_text_in_logprobs):
-    _originals["add_logprob_to_meta_info"](self, meta_info, state, top_logprobs_num, token_ids_logprob,
-                                          return_text_in_logprobs)
+    original(self, meta_info, state, top_logprobs_num, token_ids_logprob, return_text_in_logprobs)
     values = getattr(state, STATE_VALUES, None)
     if values is not None:
         meta_info[META_KEY] = list(values)
 
 
+_MANAGER = "sglang.srt.managers.tokenizer_manager:TokenizerManager"
+CONVERT = Patch(f"{_MANAGER}.convert_logprob_style", convert_logprob_style_with_entropy)
+ADD = Patch(f"{_MANAGER}.add_logprob_to_meta_info", add_logprob_to_meta_info_with_entropy)
+PATCHES = (CONVERT, ADD)
+
+
 def apply_tokenizer_patches() -> None:
     """Idempotent; both targets are checked before either is changed."""
-    TokenizerManager = import_target("sglang.srt.managers.tokenizer_manager").TokenizerManager
-
-    targets = [
-        ("convert_logprob_style", CONVERT_PARAMS, convert_logprob_style_with_entropy),
-        ("add_logprob_to_meta_info", ADD_PARAMS, add_logprob_to_meta_info_with_entropy),
-    ]
-    for name, params, replacement in targets:
-        current = TokenizerManager.__dict__.get(name)
-        if current is not replacement:
-            check_parameters(current, params, f"sglang.srt.managers.tokenizer_manager.TokenizerManager.{name}")
-    for name, _params, replacement in targets:
-        if TokenizerManager.__dict__.get(name) is not replacement:
-            _originals[name] = TokenizerManager.__dict__[name]
-            setattr(TokenizerManager, name, replacement)
-
-
-def remove_tokenizer_patches() -> None:
-    from sglang.srt.managers.tokenizer_manager import TokenizerManager
-
-    for name, replacement in (("convert_logprob_style", convert_logprob_style_with_entropy),
-                              ("add_logprob_to_meta_info", add_logprob_to_meta_info_with_entropy)):
-        if TokenizerManager.__dict__.get(name) is replacement:
-            setattr(TokenizerManager, name, _originals.pop(name))
+    import_target("sglang.srt.managers.tokenizer_manager")
+    for patch, params in ((CONVERT, CONVERT_PARAMS), (ADD, ADD_PARAMS)):
+        check_parameters(patch.original(), params, patch.dotted)
+    apply_all(PATCHES)

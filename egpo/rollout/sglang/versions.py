@@ -30,6 +30,7 @@ from functools import lru_cache
 from egpo.compat.version_ranges import bracket_note, candidates, describe
 from egpo.compat.versions import VERL, pinned_by
 from egpo.errors import IncompatibleDependencyError
+from egpo.patching import parameters, resolve
 
 
 @dataclass(frozen=True)
@@ -210,11 +211,9 @@ def sglang_version() -> str:
 def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
     """``target``'s parameters (after ``self``) must be exactly ``expected``, in order."""
     try:
-        params = tuple(inspect.signature(target).parameters)
+        params = parameters(target)
     except (TypeError, ValueError) as err:
         raise SglangPatchTargetError(f"{name}: cannot read its signature ({err})") from None
-    if params and params[0] == "self":
-        params = params[1:]
     if params != expected:
         raise SglangPatchTargetError(
             f"sglang {sglang_version()}: {name} has parameters {params}, egpo's patch expects {expected}. egpo "
@@ -226,12 +225,5 @@ def check_parameters(target, expected: tuple[str, ...], name: str) -> None:
 def import_target(module: str):
     """An sglang module egpo patches; a moved or missing one stops start-up with this guard's message, naming the
     installed and the supported versions (not an ImportError from deep inside egpo)."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise SglangPatchTargetError(
-            f"sglang {sglang_version()}: {module} cannot be imported ({err}); egpo patches sglang "
-            f"{', '.join(SUPPORTED)} (egpo.rollout.sglang.versions)"
-        ) from None
+    return resolve(module, SglangPatchTargetError, prefix=f"sglang {sglang_version()}: ",
+                   advice=f"; egpo patches sglang {', '.join(SUPPORTED)} (egpo.rollout.sglang.versions)")

@@ -15,33 +15,29 @@ vLLM server applies both.
 from __future__ import annotations
 
 from egpo.rollout.vllm.entropy_column import split_entropy_column
-from egpo.rollout.vllm.versions import patch_function
+from egpo.patching import Patch, apply_all
 
 ENTROPY_FIELD = "egpo_entropy"
 UNMARKED = "egpo_entropy_unmarked"  # set on a request's LogprobsProcessor once a step came without egpo's column
 
-_state: dict = {"update": None, "new_output": None}
 
-
-@patch_function
-def entropy_update_sample_logprobs(self, logprobs_lists):
+def entropy_update_sample_logprobs(original, self, logprobs_lists):
     entropy, ids, logprobs = split_entropy_column(logprobs_lists.logprob_token_ids, logprobs_lists.logprobs)
     if entropy is None:
         setattr(self, UNMARKED, True)  # an unpatched worker: vLLM's log probs go on whole, no entropy is attached
-        return _state["update"](self, logprobs_lists)
+        return original(self, logprobs_lists)
     store = getattr(self, ENTROPY_FIELD, None)
     if store is None:
         store = []
         setattr(self, ENTROPY_FIELD, store)
     store.extend(entropy.tolist())  # one call per engine step and request, as vLLM's own tolist
-    return _state["update"](self, logprobs_lists._replace(logprob_token_ids=ids, logprobs=logprobs))
+    return original(self, logprobs_lists._replace(logprob_token_ids=ids, logprobs=logprobs))
 
 
-@patch_function
-def entropy_new_completion_output(self, token_ids, finish_reason, stop_reason):
+def entropy_new_completion_output(original, self, token_ids, finish_reason, stop_reason):
     from vllm.sampling_params import RequestOutputKind
 
-    output = _state["new_output"](self, token_ids, finish_reason, stop_reason)
+    output = original(self, token_ids, finish_reason, stop_reason)
     processor = self.logprobs_processor
     entropy = getattr(processor, ENTROPY_FIELD, None) if processor is not None else None
     if entropy is not None and not getattr(processor, UNMARKED, False):
@@ -51,27 +47,15 @@ def entropy_new_completion_output(self, token_ids, finish_reason, stop_reason):
     return output
 
 
+UPDATE = Patch("vllm.v1.engine.logprobs:LogprobsProcessor._update_sample_logprobs", entropy_update_sample_logprobs)
+NEW_OUTPUT = Patch("vllm.v1.engine.output_processor:RequestState._new_completion_output", entropy_new_completion_output)
+PATCHES = (UPDATE, NEW_OUTPUT)
+
+
 def apply_frontend_patch() -> None:
     """Idempotent. The targets are checked first."""
-    from vllm.v1.engine.logprobs import LogprobsProcessor
-    from vllm.v1.engine.output_processor import RequestState
-
     from egpo.rollout.vllm.versions import check_targets
 
-    if LogprobsProcessor._update_sample_logprobs is entropy_update_sample_logprobs:
-        return
-    check_targets()
-    _state["update"] = LogprobsProcessor._update_sample_logprobs
-    _state["new_output"] = RequestState._new_completion_output
-    LogprobsProcessor._update_sample_logprobs = entropy_update_sample_logprobs
-    RequestState._new_completion_output = entropy_new_completion_output
-
-
-def remove_frontend_patch() -> None:
-    from vllm.v1.engine.logprobs import LogprobsProcessor
-    from vllm.v1.engine.output_processor import RequestState
-
-    if LogprobsProcessor._update_sample_logprobs is entropy_update_sample_logprobs:
-        LogprobsProcessor._update_sample_logprobs = _state["update"]
-        RequestState._new_completion_output = _state["new_output"]
-        _state["update"] = _state["new_output"] = None
+    if not UPDATE.applied():
+        check_targets()
+        apply_all(PATCHES)

@@ -14,28 +14,25 @@ is left on the sampler between steps.
 
 from __future__ import annotations
 
+from egpo.patching import Patch, apply_all
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.vllm.versions import RUNNER_V2_SAMPLER, RUNNER_V2_STATES, patch_function
+from egpo.rollout.vllm.versions import RUNNER_V2_SAMPLER, RUNNER_V2_STATES
 from egpo.rollout.vllm.worker_entropy import attach_entropy, current_options, set_options, step_entropy
 
 STASH = "_egpo_entropy"  # set on the SamplingStates by apply_temperature, taken by Sampler.__call__ within one call
 
-_state: dict = {"call": None, "apply_temperature": None}
 
-
-@patch_function
-def entropy_apply_temperature(self, logits, expanded_idx_mapping, idx_mapping_np):
+def entropy_apply_temperature(original, self, logits, expanded_idx_mapping, idx_mapping_np):
     temperature = self.temperature.gpu[expanded_idx_mapping] if current_options().temperature_scaled else None
     setattr(self, STASH, step_entropy(logits, temperature))
-    return _state["apply_temperature"](self, logits, expanded_idx_mapping, idx_mapping_np)
+    return original(self, logits, expanded_idx_mapping, idx_mapping_np)
 
 
-@patch_function
-def entropy_call(self, logits, input_batch):
+def entropy_call(original, self, logits, input_batch):
     states = self.sampling_states
     setattr(states, STASH, None)
     try:
-        output = _state["call"](self, logits, input_batch)
+        output = original(self, logits, input_batch)
         entropy = getattr(states, STASH)
     finally:
         setattr(states, STASH, None)
@@ -45,29 +42,16 @@ def entropy_call(self, logits, input_batch):
     return attach_entropy(output, entropy)
 
 
+CALL = Patch(f"{RUNNER_V2_SAMPLER}:Sampler.__call__", entropy_call)
+APPLY_TEMPERATURE = Patch(f"{RUNNER_V2_STATES}:SamplingStates.apply_temperature", entropy_apply_temperature)
+PATCHES = (CALL, APPLY_TEMPERATURE)
+
+
 def apply_runner_v2_patch(options: EntropyOptions) -> None:
     """Idempotent; a second call only updates the options. The targets are checked first."""
-    import importlib
-
     from egpo.rollout.vllm.versions import check_targets
 
     set_options(options)
-    Sampler = importlib.import_module(RUNNER_V2_SAMPLER).Sampler
-    SamplingStates = importlib.import_module(RUNNER_V2_STATES).SamplingStates
-    if Sampler.__call__ is entropy_call:
-        return
-    check_targets()
-    _state["call"], _state["apply_temperature"] = Sampler.__call__, SamplingStates.apply_temperature
-    Sampler.__call__, SamplingStates.apply_temperature = entropy_call, entropy_apply_temperature
-
-
-def remove_runner_v2_patch() -> None:
-    import importlib
-
-    if _state["call"] is None:
-        return
-    Sampler = importlib.import_module(RUNNER_V2_SAMPLER).Sampler
-    SamplingStates = importlib.import_module(RUNNER_V2_STATES).SamplingStates
-    if Sampler.__call__ is entropy_call:
-        Sampler.__call__, SamplingStates.apply_temperature = _state["call"], _state["apply_temperature"]
-        _state["call"] = _state["apply_temperature"] = None
+    if not CALL.applied():
+        check_targets()
+        apply_all(PATCHES)

