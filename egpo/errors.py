@@ -4,6 +4,8 @@
 * :class:`IncompatibleDependencyError`: the installed verl, sglang or vLLM is not one egpo was written against (an
   untested version, or a class or function egpo extends that has another shape); raised at start-up, naming the
   version and the target. The per-dependency names (``VerlShapeError``, ``SglangPatchTargetError``, ...) subclass it.
+* :class:`EntropyError`: during a run, the entropy a step needs is missing or does not line up with its tokens
+  (the rollout returned none, the trainer was bypassed, an engine's values miscount); the message names the cause.
 
 ``python -m egpo.main`` prints either as egpo's own lines, without a traceback (:func:`egpo.main.main`).
 """
@@ -29,3 +31,7 @@ class EgpoConfigError(EgpoError, ValueError):
 
 class IncompatibleDependencyError(EgpoError, RuntimeError):
     """The installed dependency is not the version or shape egpo was written against."""
+
+
+class EntropyError(EgpoError, RuntimeError):
+    """A step's entropy is missing or does not line up with its tokens."""

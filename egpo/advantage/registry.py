@@ -12,11 +12,12 @@ from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from egpo.advantage.config import EgpoAlgorithmConfig
 from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_advantage
+from egpo.errors import EntropyError
 
 ESTIMATOR_NAME = "egpo"
 
 
-class EntropyNotSuppliedError(RuntimeError):
+class EntropyNotSuppliedError(EntropyError):
     pass
 
 

@@ -24,6 +24,7 @@ import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.utils.ray_utils import auto_await
 
+from egpo.errors import EntropyError
 from egpo.keys import ROLLOUT_ENTROPY, SAMPLE_KEY
 from egpo.rollout.hf.rounds import RoundAnnouncer
 from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
@@ -31,7 +32,7 @@ from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
 MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
 
 
-class RolloutEntropyError(RuntimeError):
+class RolloutEntropyError(EntropyError):
     """A rollout server's entropy is missing or does not line up with its tokens."""
 
 

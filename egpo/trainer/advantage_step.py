@@ -19,7 +19,8 @@ from egpo.advantage import compute_egpo_advantage, prompt_ends_inside_think
 from egpo.advantage.registry import ESTIMATOR_NAME
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.compat.versions import TESTED_VERL, install_hint
-from egpo.errors import IncompatibleDependencyError
+from egpo.compat.verl_shapes import VerlShapeError
+from egpo.errors import EntropyError
 from egpo.patching import Patch, parameters
 from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
 from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
@@ -27,11 +28,7 @@ from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDAT
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
 
 
-class VerlShapeError(IncompatibleDependencyError):
-    """verl no longer has the shape this version of egpo extends."""
-
-
-class MissingEntropyError(RuntimeError):
+class MissingEntropyError(EntropyError):
     pass
 
 

@@ -7,8 +7,10 @@ too (``dp_size``, ``pp_size``, ``enable_dp_attention``, ``speculative_*``), each
 
 from __future__ import annotations
 
+from egpo.errors import EgpoConfigError
 
-class UnsupportedRolloutSettingError(ValueError):
+
+class UnsupportedRolloutSettingError(EgpoConfigError):
     """A rollout setting under which sglang cannot return per-token entropy."""
 
 

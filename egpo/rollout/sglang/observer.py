@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from egpo.errors import EntropyError
 from egpo.rollout.entropy import EntropyOptions, token_entropy, warm_compiled_kernel
 from egpo.rollout.sglang import META_KEY  # also the Req.customized_info key: sglang copies it over
 
@@ -73,7 +74,7 @@ class EntropyDeviceOutput:
         return EntropyHostOutput(copy_tensor(self.entropy))
 
 
-class ObserverCommitError(RuntimeError):
+class ObserverCommitError(EntropyError):
     pass
 
 

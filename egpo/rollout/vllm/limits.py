@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from egpo.errors import EgpoConfigError
+
 ENGINE_KWARGS_PREFIX = "actor_rollout_ref.rollout.engine_kwargs.vllm"
 SPECULATIVE = ("speculative decoding samples through vLLM's rejection sampler, which calls the sampler for the bonus "
                "token only, so most tokens would have no entropy")
@@ -20,7 +22,7 @@ PLUGINS_VAR = "VLLM_PLUGINS"
 PLUGIN_NAME = "egpo_rollout_entropy"
 
 
-class UnsupportedVllmSettingError(ValueError):
+class UnsupportedVllmSettingError(EgpoConfigError):
     """A rollout setting under which vLLM cannot return per-token entropy."""
 
 
