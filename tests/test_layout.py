@@ -83,3 +83,28 @@ def test_no_import_cycle_between_egpos_modules():
         if module not in state:
             visit(module, [module])
     assert not cycles, cycles
+
+
+def test_every_egpo_error_is_one_of_three_kinds():
+    """Each ``...Error`` class egpo defines is a config refusal, an incompatible dependency or a runtime entropy
+    problem (egpo.errors), so a caller can tell them apart by kind."""
+    import importlib
+
+    from egpo.errors import EgpoConfigError, EntropyError, IncompatibleDependencyError
+
+    kinds = (EgpoConfigError, IncompatibleDependencyError, EntropyError)
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Error") and path.name != "errors.py":
+                found[node.name] = _module_name(path)
+    assert len(found) >= 14
+    strays = {}
+    for name, module in found.items():
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except ImportError:  # an engine this environment lacks (sglang or vLLM)
+            continue
+        if not issubclass(cls, kinds):
+            strays[name] = module
+    assert not strays
