@@ -10,25 +10,26 @@ own lines, with its fix, and exits non-zero without a traceback.
 from __future__ import annotations
 
 import hydra
-import ray
 from omegaconf import DictConfig
 
-from verl.trainer import main_ppo
-
-from egpo.advantage.registry import register as register_estimator
 from egpo.errors import EgpoError
-from egpo.preflight.prepare import prepare_config
-from egpo.runner import EgpoTaskRunner
 
 
 def run(config: DictConfig) -> None:
+    # verl is imported here, after main() checked from package metadata that this environment can import it
+    import ray
+    from verl.trainer import main_ppo
+
+    from egpo.advantage.registry import register as register_estimator
+    from egpo.preflight.prepare import prepare_config
+    from egpo.runner import EgpoTaskRunner
+    from egpo.trainer.placement import OnDriverNode
+
     register_estimator()
     try:
         config = prepare_config(config)
     except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
         raise SystemExit(refusal(str(err))) from None
-    from egpo.trainer.placement import OnDriverNode
-
     main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 
 
@@ -78,10 +79,14 @@ def hydra_main(config: DictConfig) -> None:
 def main() -> None:
     import sys
 
-    from egpo.trainer.key_check import misspelled_override_problems
+    from egpo.compat.versions import environment_problems
 
     argv = sys.argv[1:]
-    problems = [*verl_config_name_problems(argv), *misspelled_override_problems(argv)]
+    problems = environment_problems()  # package metadata only: before anything imports verl
+    if not problems:
+        from egpo.trainer.key_check import misspelled_override_problems
+
+        problems = [*verl_config_name_problems(argv), *misspelled_override_problems(argv)]
     if problems:
         raise SystemExit(refusal("; ".join(problems) + ". Nothing was started."))
     hydra_main()

@@ -65,3 +65,45 @@ def test_an_untested_verl_and_a_reshaped_verl_hook_name_every_tested_verls_insta
         for verl, stack in versions.VERL.items():
             assert f"{stack.install} (verl {verl}, {stack.note})" in text
         assert "Pin verl==" not in text
+
+
+def test_this_environment_runs_verls_trainer_and_a_mismatch_is_named_before_any_import(monkeypatch):
+    """From package metadata alone: a transformers the installed verl cannot run and an import verl's trainer makes
+    without declaring it are each named with the pip line that fixes them."""
+    import importlib.util
+
+    from egpo.compat import versions
+
+    assert versions.environment_problems() == []
+    stack = versions.verl_stack()
+    installed = versions.version
+    monkeypatch.setattr(versions, "version", lambda name: "4.0.0" if name == "transformers" else installed(name))
+    [problem] = versions.environment_problems()
+    assert f"transformers{stack.transformers}" in problem and "has transformers 4.0.0" in problem
+    assert f"pip install 'transformers{stack.transformers}'" in problem
+    monkeypatch.undo()
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else find_spec(name, *a))
+    problems = versions.environment_problems()
+    if "uvicorn" in stack.undeclared_imports:
+        assert problems == [f"verl {versions.verl_version()}'s trainer imports uvicorn, which verl does not declare "
+                            "and this environment lacks: pip install uvicorn"]
+    else:
+        assert problems == []
+
+
+def test_egpo_declares_what_each_verls_trainer_imports_and_pins_the_transformers_it_runs_with():
+    """pyproject.toml against the verl table: the stack extras pin the table's transformers, the base dependencies
+    hold every import a tested verl's trainer makes without declaring it (so `pip install -e .` into an existing verl
+    environment runs)."""
+    import tomllib
+    from pathlib import Path
+
+    from egpo.compat.versions import VERL
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    base = {dep.split("[")[0].split("=")[0].split("<")[0].split(">")[0].strip() for dep in project["dependencies"]}
+    for verl, stack in VERL.items():
+        extra = project["optional-dependencies"]["verl" + verl.replace(".", "")]
+        assert f"verl=={verl}" in extra and f"transformers{stack.transformers}" in extra
+        assert set(stack.undeclared_imports) <= base

@@ -1,5 +1,5 @@
 """egpo from a verl user's own entry point (README, 'Your own entry point'): verl's own ``ppo_trainer`` config with
-egpo's keys as overrides, ``egpo.main.prepare_config`` before Ray, and the classes that entry point builds."""
+egpo's keys as overrides, ``egpo.preflight.prepare.prepare_config`` before Ray, and the classes that entry point builds."""
 
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
@@ -8,7 +8,7 @@ from conftest import VERL
 
 
 def test_verls_own_config_with_egpos_overrides_is_prepared(demo):
-    from egpo.main import prepare_config
+    from egpo.preflight.prepare import prepare_config
     from egpo.rollout.agent_loop import MANAGER_PATH
 
     overrides = ["algorithm.adv_estimator=egpo", "++algorithm.entropy_source=rollout", "++algorithm.egpo_lambda=0.3",

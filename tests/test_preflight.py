@@ -156,7 +156,7 @@ def test_wandb_without_credentials_is_refused(monkeypatch, tmp_path):
 def test_start_up_runs_the_cheap_checks_before_ray(demo, workdir, monkeypatch, tmp_path):
     """egpo.main's prepare_config: relative data paths made absolute where the command runs, and a missing file
     refused (EgpoConfigError, before Ray)."""
-    from egpo.main import prepare_config
+    from egpo.preflight.prepare import prepare_config
 
     monkeypatch.chdir(workdir)
     cfg = prepare_config(composed("qwen3_1.7b", overrides_for("qwen3_1.7b", demo)))

@@ -183,3 +183,27 @@ def test_a_users_own_copy_of_verls_config_name_is_read(tmp_path):
     (tmp_path / "ppo_trainer.yaml").write_text("own_copy: true\n")
     proc = run_main(f"--config-path={tmp_path}", "--config-name=ppo_trainer", "--cfg", "job")
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout) == {"own_copy": True}, proc.stderr
+
+
+def test_an_environment_that_cannot_run_verls_trainer_is_refused_before_verl_is_imported(monkeypatch):
+    """The main job reads the environment from package metadata first: a missing undeclared import or a transformers
+    the installed verl cannot run is one refusal line, and nothing of verl's trainer was imported for it."""
+    import sys
+
+    from egpo import main as egpo_main
+    from egpo.compat import versions
+
+    problem = "verl X's trainer imports uvicorn ...: pip install uvicorn"
+    monkeypatch.setattr(versions, "environment_problems", lambda: [problem])
+    monkeypatch.setattr(sys, "argv", ["egpo.main", "--config-name=ppo_trainer"])
+    monkeypatch.setattr(egpo_main, "hydra_main", lambda: pytest.fail("Hydra must not compose"))
+    with pytest.raises(SystemExit) as refused:
+        egpo_main.main()
+    assert str(refused.value) == ("[egpo] refused before anything started: verl X's trainer imports uvicorn ...: pip "
+                                  "install uvicorn. Nothing was started.")
+    from pathlib import Path
+
+    main_source = Path(egpo_main.__file__).read_text()
+    top_level = main_source[:main_source.index("\ndef ")]
+    assert "verl" not in {line.split()[1].split(".")[0] for line in top_level.splitlines()
+                          if line.startswith(("import ", "from "))}

@@ -32,7 +32,7 @@ HIDDEN = 32  # the wide model's: its embedding (hidden x vocabulary) is no micro
 
 
 def prepared(recipe: str, arm: str, demo, monkeypatch):
-    from egpo.main import prepare_config
+    from egpo.preflight.prepare import prepare_config
 
     # verl 0.7.1 runs the 80/20 rule on its engine workers only (egpo.trainer.startup_checks.check_token_selection)
     engine = ("trainer.use_legacy_worker_impl=disable",) if VERL == "0.7.1" and "8020" in arm else ()

@@ -68,7 +68,7 @@ def test_the_refusal_comes_before_ray(future_verl, monkeypatch, demo):
     """egpo.main's start-up pass (prepare_config) runs the check first: nothing is started."""
     from hydra import compose, initialize_config_module
 
-    from egpo.main import prepare_config
+    from egpo.preflight.prepare import prepare_config
 
     monkeypatch.setitem(VERL_RELIANCES, VERL, (
         Reliance(f"{future_verl}:SGLangReplica.launch_servers", "self.server_class", "egpo's sglang server"),))

@@ -27,6 +27,8 @@ class VerlStack:
     legacy_worker_settings: tuple[str, ...]  # trainer.use_legacy_worker_impl values building the legacy workers
     padding_needs_flash_attn: bool  # verl.utils.attention_utils imports flash-attn off an NPU (egpo.cpu.padding)
     note: str  # what else the stack holds, for the install hint
+    transformers: str  # the transformers versions the stack runs with (a pip specifier; egpo's extra pins the same)
+    undeclared_imports: tuple[str, ...]  # what verl's trainer imports without declaring it (egpo declares them)
 
 
 VERL = {
@@ -34,13 +36,14 @@ VERL = {
                        runner_module="verl.trainer.main_ppo", runner_base="TaskRunner", manager_owns_replicas=True,
                        tool_loop_merges_tokens=False, rollout_seed_key=None, has_v1_trainer=False,
                        legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True,
-                       note="transformers 4.57.1"),
+                       note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=()),
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
                        rollout_seed_key="actor_rollout_ref.rollout.seed", has_v1_trainer=True,
                        legacy_worker_settings=(), padding_needs_flash_attn=False,
-                       note="transformers 5.x, numpy 2"),
+                       note="transformers 5.x, numpy 2", transformers=">=5.5.3,<5.11,!=5.6.0",
+                       undeclared_imports=("uvicorn", "fastapi")),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}
@@ -61,6 +64,32 @@ def verl_version() -> str:
         raise UnsupportedVerlError(f"egpo is tested with verl {' and '.join(TESTED_VERL)}; this environment has verl "
                                    f"{found}. {install_hint()}")
     return found
+
+
+def environment_problems() -> list[str]:
+    """What keeps the installed environment from running verl's trainer, read from package metadata alone (nothing
+    is imported, so a mismatch is named before an import fails deep inside verl)."""
+    import importlib.util
+
+    from packaging.specifiers import SpecifierSet
+
+    try:
+        verl = verl_version()
+    except UnsupportedVerlError as err:
+        return [str(err)]
+    stack, problems = VERL[verl], []
+    try:
+        transformers = version("transformers")
+    except PackageNotFoundError:
+        transformers = None
+    if transformers is None or transformers not in SpecifierSet(stack.transformers):
+        problems.append(f"verl {verl} runs with transformers{stack.transformers}; this environment has transformers "
+                        f"{transformers}: pip install 'transformers{stack.transformers}' (or {stack.install})")
+    missing = [name for name in stack.undeclared_imports if importlib.util.find_spec(name) is None]
+    if missing:
+        problems.append(f"verl {verl}'s trainer imports {' and '.join(missing)}, which verl does not declare and this "
+                        f"environment lacks: pip install {' '.join(missing)}")
+    return problems
 
 
 def install_hint() -> str:

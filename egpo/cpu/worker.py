@@ -1,6 +1,6 @@
 """verl's FSDP actor/rollout worker, on a CPU.
 
-Selected by ``trainer.device=cpu`` (see :class:`egpo.main.EgpoTaskRunner`). Differences from
+Selected by ``trainer.device=cpu`` (see :class:`egpo.runner.EgpoTaskRunner`). Differences from
 ``verl.workers.fsdp_workers.AsyncActorRolloutRefWorker``, all made before its ``__init__`` runs:
 
 * what every egpo CPU worker does (:mod:`egpo.cpu.worker_setup`): a ``gloo``-only process group, the ``hf``
