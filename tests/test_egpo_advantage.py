@@ -55,6 +55,8 @@ def test_hand_worked_example():
     assert diag.no_cot_frac.item() == 0.0
     torch.testing.assert_close(diag.cot_entropy_mean.item(), (0.3 + 2.0) / 2)
     torch.testing.assert_close(diag.bonus_mean.item(), (0.3 + a / 2) / 2, rtol=1e-6, atol=1e-6)
+    # what the advantage received: egpo_lambda x the bonus, the same shift the rows above show
+    torch.testing.assert_close(diag.applied_bonus_mean.item(), (0.5 * 0.3 + 0.5 * a / 2) / 2, rtol=1e-6, atol=1e-6)
     assert diag.cot_tokens_mean.item() == 1.5
 
 
@@ -85,6 +87,21 @@ def test_metric_definitions_on_a_hand_built_batch():
     assert diag.no_cot_frac.item() == pytest.approx(1 / 6)
     assert set(diag.as_metrics()) >= {"egpo/bonus_active_frac", "egpo/equal_reward_group_frac",
                                       "egpo/think_closed_frac"}
+
+
+@pytest.mark.parametrize("granularity", ["response", "token"])
+def test_grpo_arm_reports_no_applied_bonus(granularity):
+    """egpo_lambda=0 (the GRPO arm) leaves every advantage as GRPO's: the applied bonus and the fraction of changed
+    advantages are 0, while the unscaled bonus (a diagnostic of the entropy, the same in every arm) is not."""
+    rewards, mask, index, entropy, responses = batch(7)
+    adv, _, diag = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.0,
+                                          granularity=granularity, cot_start_token_id=S, cot_end_token_id=E)
+    assert diag.bonus_mean.item() != 0
+    assert diag.applied_bonus_mean.item() == 0 and diag.bonus_active_frac.item() == 0
+    _, _, egpo = compute_egpo_advantage(rewards, mask, index, entropy, responses, egpo_lambda=0.4,
+                                        granularity=granularity, cot_start_token_id=S, cot_end_token_id=E)
+    assert egpo.bonus_mean.item() == diag.bonus_mean.item() and egpo.bonus_active_frac.item() > 0
+    assert egpo.applied_bonus_mean.item() == pytest.approx(0.4 * egpo.bonus_mean.item())
 
 
 @pytest.mark.parametrize("norm", [True, False])

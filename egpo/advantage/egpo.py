@@ -57,11 +57,12 @@ class EgpoDiagnostics:
 
     cot_entropy_mean: torch.Tensor  # mean H_i over responses with a (finite) CoT span; nan if none
     bonus_mean: torch.Tensor  # per response, mean clipped bonus over its valid tokens (before egpo_lambda); mean
+    applied_bonus_mean: torch.Tensor  # egpo_lambda x bonus_mean: what the bonus added to the advantage, on average
     no_cot_frac: torch.Tensor  # fraction of responses whose CoT span is empty
     clipped_frac: torch.Tensor  # of the bonuses that can be clipped (span entropy and A_i != 0): fraction clipped
     nonfinite_entropy_count: torch.Tensor  # non-finite entropy values inside the span the bonus reads, left out
     cot_tokens_mean: torch.Tensor  # mean CoT span length in tokens
-    bonus_active_frac: torch.Tensor  # fraction of responses with a non-zero bonus on some token
+    bonus_active_frac: torch.Tensor  # fraction of responses whose advantage the bonus changed (lambda x bonus != 0)
     equal_reward_group_frac: torch.Tensor  # fraction of groups whose scores are all equal (A_i = 0 for all)
     think_closed_frac: torch.Tensor  # fraction of responses with </think> among their valid tokens
     response_entropy_mean: torch.Tensor  # mean over responses of the mean finite entropy of their valid tokens
@@ -211,7 +212,7 @@ def compute_egpo_advantage(
             clippable = has_span & can_clip
             clipped = clippable & (h.abs() > bound)
             clipped_frac = clipped.sum() / clippable.sum().clamp(min=1)
-            active = bonus != 0
+            active = (bonus != 0) & (egpo_lambda != 0)
         else:
             counted = reads & torch.isfinite(entropy)
             h = torch.where(counted, entropy, 0).to(adv.dtype)
@@ -225,7 +226,7 @@ def compute_egpo_advantage(
             token_bonus_mean = bonus.sum(dim=1) / valid.count_nonzero(dim=1).clamp(min=1)
             clippable = n_counted * can_clip
             clipped_frac = ((h.abs() > b).count_nonzero(dim=1) * can_clip).sum() / clippable.sum().clamp(min=1)
-            active = bonus.count_nonzero(dim=1) > 0
+            active = (bonus.count_nonzero(dim=1) > 0) & (egpo_lambda != 0)
 
         bs = adv.shape[0]
         zero = adv.new_zeros(())
@@ -252,6 +253,7 @@ def compute_egpo_advantage(
         diagnostics = EgpoDiagnostics(
             **cot_figures,
             bonus_mean=token_bonus_mean.mean() if bs else zero,
+            applied_bonus_mean=egpo_lambda * token_bonus_mean.mean() if bs else zero,
             clipped_frac=clipped_frac,
             nonfinite_entropy_count=nonfinite_count,
             bonus_active_frac=active.float().mean() if bs else zero,
