@@ -248,6 +248,10 @@ def paired_table(found: list, baseline: str, adjusted: list[float]) -> list[str]
              "p (signed-rank) | significant | p (Holm) | significant (Holm) | seeds for 80% power |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (arm, step, c), p_holm in zip(found, adjusted):
+        if p_holm is None:
+            lines.append(f"| {arm} | {step} | {c.n_seeds} | {_fmt(c.mean_diff)} | - | {c.seeds_positive}/{c.n_seeds} | "
+                         f"{c.n_seeds} seed: no paired test | - | - | - | - | - |")
+            continue
         power = "-" if c.seeds_for_80pct_power is None else str(c.seeds_for_80pct_power)
         lines.append(f"| {arm} | {step} | {c.n_seeds} | {_fmt(c.mean_diff)} | {_fmt(c.sd)} | "
                      f"{c.seeds_positive}/{c.n_seeds} | [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}] | {c.p_value:.3g} | "
@@ -256,16 +260,21 @@ def paired_table(found: list, baseline: str, adjusted: list[float]) -> list[str]
     return lines
 
 
-def holm_by_metric(found_by_metric: dict[str, list]) -> dict[str, list[float]]:
-    """Holm's adjustment over the report's whole family of comparisons (every metric, step and arm), per metric in
-    the order of ``found_by_metric``."""
+MIN_PAIRED_SEEDS = 2  # fewer: no paired test (one difference has no spread); none is counted or adjusted
+
+
+def testable(comparison) -> bool:
+    return comparison.n_seeds >= MIN_PAIRED_SEEDS
+
+
+def holm_by_metric(found_by_metric: dict[str, list]) -> dict[str, list[float | None]]:
+    """Holm's adjustment over the report's whole family of tested comparisons (every metric, step and arm with at
+    least two paired seeds), per metric in the order of ``found_by_metric``; None where no test was possible."""
     from egpo.significance import holm
 
-    flat = holm([c.p_value for found in found_by_metric.values() for _, _, c in found])
-    out, start = {}, 0
-    for metric, found in found_by_metric.items():
-        out[metric], start = flat[start:start + len(found)], start + len(found)
-    return out
+    flat = iter(holm([c.p_value for found in found_by_metric.values() for _, _, c in found if testable(c)]))
+    return {metric: [next(flat) if testable(c) else None for _, _, c in found]
+            for metric, found in found_by_metric.items()}
 
 
 CSV_COLUMNS = ("metric", "step", "arm", "baseline", "n_seeds", "mean_diff", "ci_low", "ci_high", "p_value",
@@ -284,10 +293,14 @@ def write_csv(found_by_metric: dict[str, list], baseline: str, out: Path) -> int
         writer.writerow(CSV_COLUMNS)
         for metric, found in found_by_metric.items():
             for (arm, step, c), p_holm in zip(found, adjusted[metric]):
-                writer.writerow([metric, step, arm, baseline, c.n_seeds, repr(c.mean_diff), repr(c.ci_low),
-                                 repr(c.ci_high), repr(c.p_value), repr(c.sd), c.seeds_positive,
-                                 "" if c.seeds_for_80pct_power is None else c.seeds_for_80pct_power,
-                                 int(c.significant), repr(p_holm), int(p_holm < 0.05)])
+                if p_holm is None:  # no paired test: the difference alone, every test column empty
+                    writer.writerow([metric, step, arm, baseline, c.n_seeds, repr(c.mean_diff), "", "", "", "",
+                                     c.seeds_positive, "", "", "", ""])
+                else:
+                    writer.writerow([metric, step, arm, baseline, c.n_seeds, repr(c.mean_diff), repr(c.ci_low),
+                                     repr(c.ci_high), repr(c.p_value), repr(c.sd), c.seeds_positive,
+                                     "" if c.seeds_for_80pct_power is None else c.seeds_for_80pct_power,
+                                     int(c.significant), repr(p_holm), int(p_holm < 0.05)])
                 rows += 1
     return rows
 
@@ -359,11 +372,17 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
 
 def significance_summary(found_by_metric: dict[str, list], adjusted: dict[str, list[float]], baseline: str) -> list[str]:
     """Which differences from the baseline are significant, before and after Holm's correction."""
-    total = sum(len(found) for found in found_by_metric.values())
+    total = sum(p is not None for ps in adjusted.values() for p in ps)
+    untested = sum(len(found) for found in found_by_metric.values()) - total
+    if not total:
+        return ["## Significance", "",
+                f"No paired test: every comparison with `{baseline}` has a single paired seed (a test needs at least "
+                f"{MIN_PAIRED_SEEDS} seeds; the exact signed-rank test can reach 5% only from 6). The differences "
+                "below are one seed's.", ""]
     raw, kept = [], []
     for metric, found in found_by_metric.items():
         for (arm, step, c), p_holm in zip(found, adjusted[metric]):
-            if c.significant:
+            if p_holm is not None and c.significant:
                 item = f"`{metric}` {arm} step {step} ({_fmt(c.mean_diff)}, p={c.p_value:.3g})"
                 raw.append(item)
                 if p_holm < 0.05:
@@ -372,8 +391,37 @@ def significance_summary(found_by_metric: dict[str, list], adjusted: dict[str, l
              f"{total} paired comparisons with `{baseline}` (every metric, step and arm below). Significant at 5% "
              f"by the signed-rank test: {len(raw)}" + (f" ({'; '.join(raw)})" if raw else "") + f". At 5% chance "
              f"alone would give about {0.05 * total:.1f} of {total}. After Holm's correction over all {total}: "
-             + (f"{len(kept)} ({'; '.join(kept)})" if kept else "none") + ".", ""]
+             + (f"{len(kept)} ({'; '.join(kept)})" if kept else "none") + "."
+             + (f" {untested} comparison(s) with a single paired seed were not tested." if untested else ""), ""]
     return lines
+
+
+def compared_lines(root: Path, runs) -> list[str]:
+    """What the report compares, from the runs' ``run.json`` (an ablation's): recipe, steps, seeds, each arm's
+    overrides, the ablation's own, and the versions installed where it ran. Nothing for runs without one."""
+    infos = [json.loads(path.read_text()) for path in sorted(root.glob("*/run.json"))]
+    infos = [info for info in infos if info.get("arm") in runs]
+    if not infos:
+        return []
+
+    def distinct(key):
+        return sorted({json.dumps(info.get(key), sort_keys=True) for info in infos if info.get(key) is not None})
+
+    lines = ["## What was compared", ""]
+    recipes, steps = [json.loads(r) for r in distinct("recipe")], [json.loads(s) for s in distinct("steps")]
+    seeds = sorted({seed for arm_seeds in runs.values() for seed in arm_seeds})
+    lines.append(f"- recipe {', '.join(f'`{r}`' for r in recipes) or 'not recorded'}, "
+                 f"{' / '.join(map(str, steps))} steps, seeds {', '.join(map(str, seeds))}")
+    by_arm = {info["arm"]: info.get("arm_overrides") for info in infos}
+    lines.append("- arms: " + "; ".join(f"`{arm}`: " + (" ".join(by_arm[arm]) if by_arm.get(arm) else
+                                                         "the recipe as it is") for arm in runs))
+    common = [json.loads(o) for o in distinct("overrides")]
+    lines.append("- the ablation's overrides: " + ("; ".join(" ".join(o) or "none" for o in common) or "none"))
+    for versions in (json.loads(v) for v in distinct("versions")):
+        lines.append("- installed: " + ", ".join(f"{name} {v}" for name, v in versions.items() if v) +
+                     (f" ({', '.join(n for n, v in versions.items() if not v)} not installed)"
+                      if any(not v for v in versions.values()) else ""))
+    return lines + [""]
 
 
 def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo") -> Path:
@@ -382,11 +430,13 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
     steps = steps or sorted({max(1, last // 2), last})
     lines = [f"# EGPO ablation report: {root}", "",
-             "Runs: " + ", ".join(f"{arm} ({len(seeds)} seeds)" for arm, seeds in runs.items()) +
+             "Runs: " + ", ".join(f"{arm} ({len(seeds)} seed{'s' * (len(seeds) != 1)})"
+                                  for arm, seeds in runs.items()) +
              f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
     if left_out:
         lines += [f"Left out, not finished (`python -m egpo.ablation --status {root}`): {', '.join(sorted(left_out))}.",
                   ""]
+    lines += compared_lines(root, runs)
     titles = metric_titles(runs)
     present = list(titles)
     compared = baseline in runs and len(runs) > 1

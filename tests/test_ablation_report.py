@@ -173,3 +173,48 @@ def test_pass_at_k_is_read_at_the_last_validation_and_compared(tmp_path):
     rows = [r for r in csv.DictReader((tmp_path / "report.csv").open()) if r["metric"] == "val-egpo/pass@4"]
     assert {(r["step"], r["arm"]) for r in rows} == {("7", "grpo_8020"), ("10", "grpo_8020")}
     assert all(float(r["mean_diff"]) == pytest.approx(0.115) for r in rows)
+
+
+def test_one_seed_is_reported_as_untested_and_the_report_opens_with_what_was_compared(tmp_path):
+    """A single paired seed gets its difference and no test (not p = 1 and an interval [d, d]); nothing untested
+    enters Holm's family; the report opens with the recipe, steps, seeds, each arm's overrides and the versions,
+    from the runs' run.json as the ablation writes it."""
+    import csv
+
+    from egpo.ablation.arms import ARMS
+    from egpo.ablation.attempt import write_run as write_run_json
+    from egpo.run_state import DONE
+
+    for arm, value in (("grpo", 1.0), ("egpo_rollout", 1.25)):
+        work = tmp_path / f"{arm}__seed0"
+        write_run_json(work, arm, 0, 2, ["python", "-m", "egpo.main"], keep=2, timeout=60, recipe="cpu_smoke",
+                       overrides=["data.train_batch_size=4"])
+        write_run(work / "metrics.jsonl", [(1, {"egpo/cot_entropy_mean": value}), (2, {"egpo/cot_entropy_mean": value})])
+        (work / DONE).write_text("{}")
+    report = write_report(tmp_path, steps=[2], window=1).read_text()
+    assert "grpo (1 seed)" in report and "1 seeds" not in report
+    assert "No paired test: every comparison with `grpo` has a single paired seed" in report
+    assert "| egpo_rollout | 2 | 1 | 0.25 | - | 1/1 | 1 seed: no paired test | - | - | - | - | - |" in report
+    assert "p (Holm)" in report and "| 1 | no |" not in report
+    [row] = list(csv.DictReader((tmp_path / "report.csv").open()))
+    assert row["n_seeds"] == "1" and float(row["mean_diff"]) == 0.25 and row["p_value"] == row["ci_low"] == ""
+    versions = json.loads((tmp_path / "grpo__seed0" / "run.json").read_text())["versions"]
+    header = report[:report.index("## Significance")]
+    assert "- recipe `cpu_smoke`, 2 steps, seeds 0" in header
+    assert f"`egpo_rollout`: {' '.join(ARMS['egpo_rollout'])}" in header
+    assert f"`grpo`: {' '.join(ARMS['grpo'])}" in header
+    assert "- the ablation's overrides: data.train_batch_size=4" in header
+    assert f"verl {versions['verl']}" in header and f"torch {versions['torch']}" in header
+
+
+def test_the_ablations_help_says_what_it_does_in_whole_sentences_and_names_each_arm_once():
+    from egpo.ablation.arms import ARMS
+    from egpo.ablation.cli import parser
+
+    text = parser().format_help()
+    description = parser().description
+    assert description.endswith(".") and "resumably:" in description and "one job per run" in description
+    flat = " ".join(text.split())
+    for arm in ARMS:
+        assert flat.count(f" {arm},") + flat.count(f" {arm} ") + flat.count(f" {arm}.") >= 1
+    assert flat.count("egpo_token_respspan_rollout_vllm") == 1  # listed once, not in the usage line as well

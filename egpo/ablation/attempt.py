@@ -55,13 +55,32 @@ def override_value(path: Path) -> str:
 
 
 def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], keep: int, timeout: int,
-              stall_timeout: int = 0) -> None:
+              stall_timeout: int = 0, recipe: str | None = None, overrides: list[str] = ()) -> None:
     """``run.json``: what an attempt runs, where (the ablation's working directory, so relative paths mean the same
-    in every run as on its command line), for how long, and how long without a step before it counts as stalled."""
+    in every run as on its command line), for how long, and how long without a step before it counts as stalled;
+    and, for the report, the recipe, the arm's and the ablation's overrides and the installed versions."""
     work.mkdir(parents=True, exist_ok=True)
     (work / RUN).write_text(json.dumps({"arm": arm, "seed": seed, "steps": steps, "command": command,
                                         "cwd": os.getcwd(), "keep": keep, "timeout": timeout,
-                                        "stall_timeout": stall_timeout}, indent=1))
+                                        "stall_timeout": stall_timeout, "recipe": recipe,
+                                        "arm_overrides": list(ARMS.get(arm, ())), "overrides": list(overrides),
+                                        "versions": installed_versions()}, indent=1))
+
+
+VERSIONED = ("verl", "torch", "transformers", "sglang", "vllm", "ray")
+
+
+def installed_versions() -> dict[str, str | None]:
+    """What a run's numbers depend on, as installed where the ablation was started (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in VERSIONED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 NO_REVALIDATION = "trainer.val_before_train=false"

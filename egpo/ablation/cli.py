@@ -50,12 +50,13 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> Non
 def parser() -> argparse.ArgumentParser:
     from egpo import ablation
 
-    parser = argparse.ArgumentParser(prog="python -m egpo.ablation", description=ablation.__doc__.splitlines()[0],
-                                     allow_abbrev=False)
+    description = " ".join(ablation.__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
+    parser = argparse.ArgumentParser(prog="python -m egpo.ablation", description=description, allow_abbrev=False)
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
-    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS],
-                        help=f"arms or arm sets ({', '.join(ARM_SETS)})")
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS], metavar="ARM",
+                        help=f"arms or arm sets (default: {' '.join(DEFAULT_ARMS)}). Sets: {', '.join(ARM_SETS)}. "
+                             f"Arms: {', '.join(ARMS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", required=True, type=Path)
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
                 command = run_command(work, args.config_path, args.config_name, arm, seed, args.steps,
                                       [*(dispatch or ()), *args.overrides], demo,
                                       args.save_every or default_save_every(args.steps), args.keep, python)
-                write_run(work, arm, seed, args.steps, command, args.keep, args.timeout, args.stall_timeout)
+                write_run(work, arm, seed, args.steps, command, args.keep, args.timeout, args.stall_timeout,
+                          recipe=args.config_name, overrides=list(args.overrides))
             runs.append(work)
     if client is None:
         from egpo.ablation.local import run_locally
