@@ -86,11 +86,34 @@ def read_local(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class HubUnreachable(SystemExit):
+    """The hub cannot be reached and the data set is not in the datasets cache: one line, with ``--input``."""
+
+
 def read_hub(name: str) -> dict[str, list[dict]]:
-    from datasets import load_dataset
+    """The data set's splits from the hub, or from the datasets cache where the hub cannot be reached (known within
+    seconds: no retries); neither gives one line naming ``--input``."""
+    import os
+
+    from egpo.preflight.model_source import hub_unreachable
 
     repo, config = SETS[name]["hub"]
-    dataset = load_dataset(repo, config) if config else load_dataset(repo)
+    unreachable = hub_unreachable()
+    if unreachable:  # the cache only: datasets reads these at import
+        os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+    from datasets import load_dataset
+
+    try:
+        dataset = load_dataset(repo, config) if config else load_dataset(repo)
+    except Exception as err:  # noqa: BLE001 - datasets raises several types for a missing cache
+        if not unreachable:
+            raise
+        fields = " and ".join(SETS[name]["fields"])
+        raise HubUnreachable(
+            f"python -m egpo.data {name}: {unreachable} and {repo} is not in this machine's datasets cache "
+            f"({type(err).__name__}). Save each split where the hub is reachable as JSON lines or parquet with the "
+            f"fields {fields}, then: python -m egpo.data {name} --input FILE --split train --out DIR (and --split "
+            "test)") from None
     return {split: list(dataset[split]) for split in dataset}
 
 

@@ -37,3 +37,22 @@ def test_a_record_without_the_hub_fields_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "egpo.data", "gsm8k", "--input", str(bad), "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "expected the hub's fields ('question', 'answer')" in proc.stderr
+
+
+def test_an_unreachable_hub_is_one_line_naming_input_within_seconds(tmp_path):
+    """Offline (the hub's host refuses, as on a cluster login node) and nothing cached: one line, no traceback,
+    the --input command that works instead; no 24 s of retries."""
+    import os
+    import time
+
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"),
+           "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
+    env.pop("HF_HUB_OFFLINE", None)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "egpo.data", "math", "--out", str(tmp_path / "data")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("python -m egpo.data")]
+    assert "the hub (127.0.0.1:9) cannot be reached" in line and "DigitalLearningGmbH/MATH-lighteval" in line
+    assert "python -m egpo.data math --input FILE --split train --out DIR" in line and "problem and solution" in line

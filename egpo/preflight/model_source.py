@@ -38,15 +38,23 @@ def model_source_problem(path: str, timeout: float = 3.0) -> str | None:
         return f"{where} is no folder on this machine: give the folder of a Hugging Face model (its config.json)"
     if _is_cached(path):
         return None
+    unreachable = hub_unreachable(timeout)
+    if unreachable:
+        return (f"{where} is not in this machine's Hugging Face cache and {unreachable}: download it where the hub is "
+                "reachable (huggingface-cli download), or give a local folder")
+    return None
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face Hub cannot be used from here (offline mode set, or its host not reachable within
+    ``timeout`` seconds), as a clause; None when it can."""
     offline = [name for name in OFFLINE_VARIABLES if os.environ.get(name, "").lower() in ("1", "true", "yes", "on")]
     if offline:
-        return (f"{where} is not in this machine's Hugging Face cache and {offline[0]} is set: download it where "
-                "the hub is reachable (huggingface-cli download), or give a local folder")
+        return f"{offline[0]} is set"
     endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as err:
-        return (f"{where} is not in this machine's Hugging Face cache and the hub ({host}:{port}) cannot be reached "
-                f"from here ({type(err).__name__}): download it where the hub is reachable, or give a local folder")
+        return f"the hub ({host}:{port}) cannot be reached from here ({type(err).__name__})"
     return None
