@@ -25,12 +25,15 @@ def run(config: DictConfig) -> None:
     from egpo.runner import EgpoTaskRunner
     from egpo.trainer.placement import OnDriverNode
 
+    from egpo.run_dir import RunOutputs
+
     register_estimator()
     try:
         config = prepare_config(config)
     except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
         raise SystemExit(refusal(str(err))) from None
-    main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
+    with RunOutputs(config):
+        main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 
 
 def refusal(message: str) -> str:

@@ -117,6 +117,21 @@ def begin_attempt(work: Path) -> tuple[int, Path]:
     return resume, work / ATTEMPT_METRICS
 
 
+def continue_metrics(work: Path, resume: int) -> None:
+    """Before a main job's attempt (:mod:`egpo.run_dir`): an earlier attempt's steps joined, those up to the step it
+    resumes from kept (verl logs the later ones again; 0: a fresh start keeps none)."""
+    _write_steps(work / METRICS_FILE, [s for s in logged_steps(work) if s["step"] <= resume])
+    (work / ATTEMPT_METRICS).unlink(missing_ok=True)
+
+
+def join_attempt_metrics(work: Path) -> list[dict]:
+    """After a main job's attempt: its steps joined to ``metrics.jsonl``; returns every step."""
+    steps = logged_steps(work)
+    _write_steps(work / METRICS_FILE, steps)
+    (work / ATTEMPT_METRICS).unlink(missing_ok=True)
+    return steps
+
+
 def record_attempt(work: Path, pid: int, resume: int) -> None:
     """``attempt.json``: the training's process (on which machine), while the attempt runs."""
     (work / ATTEMPT).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "resumed_from": resume,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ray
 
 from egpo.compat.entry import verl_entry
+from egpo.run_dir import keep_config_dump_off_the_console
 
 ENTRY = verl_entry()  # verl's task runner for the installed version (egpo.compat.entry), checked at import
 
@@ -26,6 +27,7 @@ class EgpoTaskRunner(ENTRY.base):
         from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
 
         ENTRY.install_trainer(EgpoRayPPOTrainer)
+        keep_config_dump_off_the_console(config)  # its run directory holds it (egpo.run_dir)
         if config.trainer.get("device", "cuda") == "cpu":
             from egpo.cpu.padding import use_torch_padding
 

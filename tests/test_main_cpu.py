@@ -3,6 +3,8 @@
 Each run starts Ray, builds FSDP2 over gloo and trains; about 40 s on 2 cores.
 """
 
+import json
+
 import pytest
 
 from conftest import VERL
@@ -39,7 +41,17 @@ def assert_trained(proc, source: str, compared: bool):
 @pytest.mark.parametrize("source", ["actor", "rollout"])
 def test_two_egpo_steps(tmp_path, demo, source):
     proc = run_smoke(tmp_path, demo, f"algorithm.entropy_source={source}", *COMMON)
-    assert_trained(proc, source, compared=True)
+    steps = assert_trained(proc, source, compared=True)
+    # the run directory: said at the start and at the end, holding what the console no longer does
+    where = tmp_path / "checkpoints"
+    assert f"[egpo] run directory: {where} (starts at step 0;" in proc.stdout
+    assert proc.stdout.rstrip().endswith(f"[egpo] report: python -m egpo.report {where}"), proc.stdout[-2000:]
+    assert f"[egpo] the run's configuration: {where / 'config.yaml'}" in proc.stdout
+    assert "'actor_rollout_ref':" not in proc.stdout  # verl's config dump (900 lines) is in config.yaml instead
+    logged = [json.loads(line) for line in (where / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in logged] == [1, 2]
+    assert logged[-1]["data"]["egpo/cot_entropy_mean"] == pytest.approx(steps[2]["egpo/cot_entropy_mean"], rel=1e-6)
+    assert "[egpo] step 2:" in (where / "log.txt").read_text()
 
 
 def test_rollout_entropy_in_bypass_mode(tmp_path, demo):

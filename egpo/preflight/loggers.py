@@ -7,7 +7,7 @@ import importlib.util
 import netrc
 import os
 
-from egpo.preflight.findings import Finding, error, warning
+from egpo.preflight.findings import Finding, error, fact, warning
 
 WANDB_HOST = "api.wandb.ai"
 IMPORTS = {"wandb": "wandb", "swanlab": "swanlab", "mlflow": "mlflow", "tensorboard": "tensorboard",
@@ -41,4 +41,10 @@ def logger_findings(config) -> list[Finding]:
     if "file" not in loggers:
         findings.append(warning("logger", "trainer.logger has no file logger, so python -m egpo.report cannot read this "
                                           f"run; trainer.logger=[{','.join([*loggers, 'file'])}]"))
+    from egpo.run_dir import run_directory
+
+    where = run_directory(config)
+    if where is not None and "file" in loggers:
+        findings.append(fact("outputs", f"run directory {where}: config.yaml, metrics.jsonl (python -m egpo.report "
+                                        "reads it), log.txt and the checkpoints"))
     return findings

@@ -106,6 +106,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
 
     from egpo.preflight.stack import check_stack
     from egpo.preflight.paths import resolve_local_paths
+    from egpo.run_dir import complete_run_outputs
     from egpo.settings import EgpoSettings
     from egpo.trainer.actor_entropy import prepare_actor_entropy
     from egpo.trainer.key_check import check_unknown_keys
@@ -137,6 +138,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     elif demo_missing:
         demo_missing = not step("demo", build_demo_if_missing, config)
     step("paths", resolve_local_paths, config)
+    step("outputs", complete_run_outputs, config)
     step("probe", pass_probe_settings_to_workers, config)
     step("cpu", _select_cpu_platform, config)
     auto_set_device(config)

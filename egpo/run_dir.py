@@ -1,0 +1,204 @@
+"""A main job's run directory: where ``python -m egpo.main`` puts what a run produces, said at the start and at the
+end.
+
+The run directory is verl's ``trainer.default_local_dir`` (``checkpoints/<project_name>/<experiment_name>`` under
+the directory the command runs in, unless set): verl's checkpoints (``global_step_N/``) and its resume pointer are
+there already, and egpo adds
+
+* ``config.yaml``: the configuration the run started with, after egpo's own settings (verl's console dump of it is
+  replaced by one line naming this file);
+* ``metrics.jsonl``: verl's file logger, one ``{"step": n, "data": {...}}`` line per step, each step once across
+  resumed attempts (verl truncates the file it is given, so each attempt writes ``metrics.attempt.jsonl``, joined
+  when it ends or when the next attempt starts; :mod:`egpo.run_state`); ``python -m egpo.report DIR`` reads it;
+* ``log.txt``: the console, every attempt appended.
+
+A run started by ``python -m egpo.ablation`` has a run directory of the ablation's (it sets verl's file logger
+path itself): nothing here applies to it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from egpo.patching import Patch
+
+LOGGER_PATH_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
+CONFIG_FILE = "config.yaml"
+LOG_FILE = "log.txt"
+
+
+def run_directory(config: DictConfig) -> Path | None:
+    """``trainer.default_local_dir``, resolved; None where verl's file logger writes elsewhere (set by
+    ``python -m egpo.ablation``, or by hand)."""
+    from egpo.run_state import ATTEMPT_METRICS
+
+    local_dir = OmegaConf.select(config, "trainer.default_local_dir", default=None)
+    if local_dir is None:
+        return None
+    where = Path(str(local_dir)).expanduser().resolve()
+    logger_path = OmegaConf.select(config, LOGGER_PATH_KEY, default=None) or os.environ.get("VERL_FILE_LOGGER_PATH")
+    if logger_path and Path(str(logger_path)) != where / ATTEMPT_METRICS:
+        return None
+    return where
+
+
+def complete_run_outputs(config: DictConfig) -> None:
+    """verl's file logger on, writing into the run directory (a preflight step: nothing is written here)."""
+    from egpo.run_state import ATTEMPT_METRICS
+
+    where = run_directory(config)
+    if where is None:
+        return
+    loggers = config.trainer.get("logger", ["console"])
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    with open_dict(config):
+        config.trainer.default_local_dir = str(where)  # the driver's and the workers' run directory alike
+        if "file" not in loggers:
+            config.trainer.logger = [*loggers, "file"]
+        OmegaConf.update(config, LOGGER_PATH_KEY, str(where / ATTEMPT_METRICS), force_add=True)
+
+
+_dump: dict = {"to": None}  # where this process's run keeps its config (set in verl's task runner process)
+
+
+def config_dump_line(original, obj, *args, **kwargs):
+    """Around ``pprint.pprint`` in verl's task-runner process: verl's console dump of the whole config becomes one
+    line naming ``config.yaml``; anything else is printed as it is."""
+    if _dump["to"] is not None and isinstance(obj, dict) and {"actor_rollout_ref", "trainer", "algorithm"} <= set(obj):
+        print(f"[egpo] the run's configuration: {_dump['to']}", flush=True)
+        return None
+    return original(obj, *args, **kwargs)
+
+
+CONFIG_DUMP = Patch("pprint:pprint", config_dump_line)
+
+
+def keep_config_dump_off_the_console(config: DictConfig) -> None:
+    """In verl's task-runner process (egpo's runner, before verl's ``run``), for a run with a run directory."""
+    where = run_directory(config)
+    if where is not None:
+        _dump["to"] = where / CONFIG_FILE
+        CONFIG_DUMP.apply()
+
+
+def resumed_step(config: DictConfig, where: Path) -> int:
+    """The step verl will resume from (0: a fresh start), as verl decides it."""
+    mode = str(config.trainer.get("resume_mode", "auto"))
+    if mode == "disable":
+        return 0
+    if mode == "resume_path":
+        tail = Path(str(config.trainer.get("resume_from_path") or "")).name
+        return int(tail.rsplit("_", 1)[1]) if tail.startswith("global_step_") else 0
+    pointer = where / "latest_checkpointed_iteration.txt"
+    text = pointer.read_text().strip() if pointer.exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
+class _Tee:
+    """A console stream that also appends to the run's log."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log = stream, log
+
+    def write(self, text):
+        self.log.write(text)
+        return self.stream.write(text)
+
+    def flush(self):
+        self.log.flush()
+        self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+class RunOutputs:
+    """Around one attempt of a main job: the run directory prepared and announced, the console copied to its log,
+    and a closing summary (``with RunOutputs(config): run``)."""
+
+    def __init__(self, config: DictConfig):
+        self.config = config
+        self.where = run_directory(config)
+        self.started = time.monotonic()
+        self._log = self._streams = None
+
+    def __enter__(self):
+        if self.where is None:
+            return self
+        from egpo.run_state import METRICS_FILE, continue_metrics
+
+        self.where.mkdir(parents=True, exist_ok=True)
+        resume = resumed_step(self.config, self.where)
+        continue_metrics(self.where, resume)
+        try:
+            text = OmegaConf.to_yaml(self.config, resolve=True)
+        except Exception:  # noqa: BLE001 - an interpolation only the workers can resolve: kept as written
+            text = OmegaConf.to_yaml(self.config)
+        (self.where / CONFIG_FILE).write_text(text)
+        self._log = (self.where / LOG_FILE).open("a", buffering=1)
+        self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
+        self._streams = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Tee(sys.stdout, self._log), _Tee(sys.stderr, self._log)
+        start = f"resumes from step {resume}" if resume else "starts at step 0"
+        print(f"[egpo] run directory: {self.where} ({start}; {CONFIG_FILE}, {METRICS_FILE}, {LOG_FILE}, "
+              "checkpoints)", flush=True)
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if self.where is None:
+            return False
+        from egpo.run_state import join_attempt_metrics
+
+        steps = join_attempt_metrics(self.where)
+        try:
+            if kind is None:
+                for line in summary_lines(self.where, steps, self.config, time.monotonic() - self.started):
+                    print(line, flush=True)
+        finally:
+            sys.stdout, sys.stderr = self._streams
+            self._log.close()
+        return False
+
+
+def _last(steps: list[dict], key: str) -> tuple[int, float] | None:
+    for step in reversed(steps):
+        value = step.get("data", {}).get(key)
+        if isinstance(value, (int, float)):
+            return step["step"], float(value)
+    return None
+
+
+def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: float) -> list[str]:
+    """What a finished attempt says last: the steps, the latest reward and CoT entropy, the last validation's pass@k,
+    where everything is, and the command that reports the run."""
+    from egpo.run_state import METRICS_FILE
+
+    if not steps:
+        return [f"[egpo] no step was logged; the run directory: {where}"]
+    last = steps[-1]["step"]
+    figures = []
+    for key, name in (("critic/score/mean", "reward"), ("egpo/cot_entropy_mean", "CoT entropy")):
+        found = _last(steps, key)
+        if found:
+            figures.append(f"{name} {found[1]:.4g}" + (f" (step {found[0]})" if found[0] != last else ""))
+    validation = next((s for s in reversed(steps) if any(k.startswith("val-egpo/pass@") for k in s["data"])), None)
+    val = ""
+    if validation is not None:
+        passes = sorted((int(k.split("@")[1]), k) for k in validation["data"] if k.startswith("val-egpo/pass@"))
+        val = f"validation at step {validation['step']}: " + ", ".join(
+            f"pass@{k} {validation['data'][key]:.4g}" for k, key in dict.fromkeys([passes[0], passes[-1]]))
+    save_freq = int(config.trainer.get("save_freq", -1) or -1)
+    checkpoints = sorted(where.glob("global_step_*"))
+    kept = (f"{len(checkpoints)} checkpoint(s), the last {checkpoints[-1].name}" if checkpoints else
+            "no checkpoint (trainer.save_freq=-1)" if save_freq <= 0 else "no checkpoint yet")
+    lines = [f"[egpo] done: {len(steps)} step(s) logged, the last step {last}, in {seconds:.0f} s"
+             + (f"; step {last}: {', '.join(figures)}" if figures else "") + (f"; {val}" if val else ""),
+             f"[egpo] run directory: {where}: {METRICS_FILE}, {CONFIG_FILE}, {LOG_FILE}, {kept}",
+             f"[egpo] report: python -m egpo.report {where}"]
+    return lines
+

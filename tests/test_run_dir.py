@@ -1,0 +1,117 @@
+"""egpo.run_dir: a main job's run directory (config, metrics, log, checkpoints), its start line and closing summary,
+and metrics continued across resumed attempts, each step once."""
+
+import json
+import pprint
+
+import pytest
+from omegaconf import OmegaConf
+
+from egpo import run_dir
+from egpo.run_state import ATTEMPT_METRICS, METRICS_FILE, read_steps
+
+
+def config(where, **trainer):
+    return OmegaConf.create({"trainer": {"default_local_dir": str(where), "logger": ["console"], "save_freq": -1,
+                                         "resume_mode": "auto", **trainer},
+                             "actor_rollout_ref": {"x": 1}, "algorithm": {"egpo_lambda": 0.4}})
+
+
+def log_steps(path, steps):
+    with path.open("a") as f:
+        for step, data in steps:
+            f.write(json.dumps({"step": step, "data": data}) + "\n")
+
+
+def test_the_preflight_turns_on_verls_file_logger_into_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    cfg = config("checkpoints/egpo/cpu_warm")
+    run_dir.complete_run_outputs(cfg)
+    where = tmp_path / "checkpoints" / "egpo" / "cpu_warm"
+    assert cfg.trainer.default_local_dir == str(where) and list(cfg.trainer.logger) == ["console", "file"]
+    assert OmegaConf.select(cfg, run_dir.LOGGER_PATH_KEY) == str(where / ATTEMPT_METRICS)
+    assert not where.exists()  # the preflight writes nothing
+    ablation = config("elsewhere")  # python -m egpo.ablation sets the logger's path: its run directory is its own
+    OmegaConf.update(ablation, run_dir.LOGGER_PATH_KEY, "/abl/run/metrics.attempt.jsonl", force_add=True)
+    run_dir.complete_run_outputs(ablation)
+    assert list(ablation.trainer.logger) == ["console"] and ablation.trainer.default_local_dir == "elsewhere"
+
+
+def test_an_attempt_writes_config_log_and_metrics_and_ends_with_where_they_are(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    where = tmp_path / "run"
+    cfg = config(where)
+    run_dir.complete_run_outputs(cfg)
+    with run_dir.RunOutputs(cfg):
+        print("step:1 - from verl")
+        log_steps(where / ATTEMPT_METRICS, [(1, {"critic/score/mean": 0.25, "egpo/cot_entropy_mean": 0.5}),
+                                            (2, {"critic/score/mean": 0.5, "egpo/cot_entropy_mean": 0.4,
+                                                 "val-egpo/pass@1": 0.1, "val-egpo/pass@8": 0.3,
+                                                 "val-egpo/pass@2": 0.2})])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"[egpo] run directory: {where} (starts at step 0; config.yaml, metrics.jsonl, log.txt, checkpoints)"
+    assert out[-3].startswith("[egpo] done: 2 step(s) logged, the last step 2, in ")
+    assert out[-3].endswith("step 2: reward 0.5, CoT entropy 0.4; validation at step 2: pass@1 0.1, pass@8 0.3")
+    assert out[-2] == (f"[egpo] run directory: {where}: metrics.jsonl, config.yaml, log.txt, no checkpoint "
+                       "(trainer.save_freq=-1)")
+    assert out[-1] == f"[egpo] report: python -m egpo.report {where}"
+    assert [s["step"] for s in read_steps(where / METRICS_FILE)] == [1, 2] and not (where / ATTEMPT_METRICS).exists()
+    assert OmegaConf.load(where / "config.yaml").algorithm.egpo_lambda == 0.4
+    log = (where / "log.txt").read_text()
+    assert "step:1 - from verl" in log and "[egpo] report: python -m egpo.report" in log
+
+
+def test_a_resumed_attempt_keeps_the_steps_up_to_its_checkpoint_and_logs_the_rest_once(tmp_path, monkeypatch, capsys):
+    """An attempt killed after step 5 with its last checkpoint at step 3: the next keeps steps 1-3, verl logs 4 and
+    on again, and each step is in metrics.jsonl once, from the attempt the run went on with."""
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    where = tmp_path / "run"
+    where.mkdir()
+    log_steps(where / METRICS_FILE, [(1, {"a": 1.0}), (2, {"a": 2.0})])
+    log_steps(where / ATTEMPT_METRICS, [(3, {"a": 3.0}), (4, {"a": -1.0}), (5, {"a": -1.0})])  # the killed attempt
+    (where / "latest_checkpointed_iteration.txt").write_text("3")
+    cfg = config(where)
+    run_dir.complete_run_outputs(cfg)
+    with run_dir.RunOutputs(cfg):
+        assert [s["step"] for s in read_steps(where / METRICS_FILE)] == [1, 2, 3]
+        log_steps(where / ATTEMPT_METRICS, [(4, {"a": 4.0}), (5, {"a": 5.0})])
+    assert "(resumes from step 3;" in capsys.readouterr().out
+    assert [(s["step"], s["data"]["a"]) for s in read_steps(where / METRICS_FILE)] == [(i, float(i)) for i in range(1, 6)]
+    fresh = config(where, resume_mode="disable")
+    run_dir.complete_run_outputs(fresh)
+    with run_dir.RunOutputs(fresh):
+        assert read_steps(where / METRICS_FILE) == []  # a fresh start in the same directory keeps nothing
+    assert (where / "log.txt").read_text().count("\n=== ") == 2
+
+
+def test_verls_config_dump_becomes_one_line_in_the_runners_process(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    cfg = config(tmp_path / "run")
+    run_dir.complete_run_outputs(cfg)
+    try:
+        run_dir.keep_config_dump_off_the_console(cfg)
+        from pprint import pprint as verls_pprint  # verl imports it inside TaskRunner.run, after egpo's runner did this
+
+        verls_pprint(OmegaConf.to_container(cfg, resolve=True))
+        verls_pprint({"other": 1})
+    finally:
+        run_dir.CONFIG_DUMP.remove()
+    assert capsys.readouterr().out == f"[egpo] the run's configuration: {tmp_path / 'run' / 'config.yaml'}\n{{'other': 1}}\n"
+    assert not hasattr(pprint.pprint, "__egpo_patch__")
+
+
+def test_a_failed_attempt_keeps_its_metrics_and_prints_no_summary(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    where = tmp_path / "run"
+    cfg = config(where)
+    run_dir.complete_run_outputs(cfg)
+    with pytest.raises(RuntimeError, match="worker died"):
+        with run_dir.RunOutputs(cfg):
+            log_steps(where / ATTEMPT_METRICS, [(1, {"a": 1.0})])
+            raise RuntimeError("worker died")
+    assert "[egpo] done" not in capsys.readouterr().out
+    assert [s["step"] for s in read_steps(where / METRICS_FILE)] == [1]
+    import sys
+
+    assert not isinstance(sys.stdout, run_dir._Tee)
