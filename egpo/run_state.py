@@ -1,4 +1,5 @@
-"""One ablation run's state on disk: its checkpoints, its metrics across interrupted attempts, and its status.
+"""One run's state on disk: its checkpoints, its metrics across interrupted attempts, and its status (an ablation's
+runs; a main job's run directory uses the same metrics files, :mod:`egpo.run_dir`).
 
 A run directory (``DIR/<arm>__seed<k>``) holds ``run.json`` (the command), ``checkpoints/`` (verl's, with
 ``latest_checkpointed_iteration.txt``), ``metrics.jsonl`` (one ``{"step": n, "data": {...}}`` line per finished step,
