@@ -115,3 +115,15 @@ def test_a_failed_attempt_keeps_its_metrics_and_prints_no_summary(tmp_path, monk
     import sys
 
     assert not isinstance(sys.stdout, run_dir._Tee)
+
+
+def test_a_steps_console_line_is_short_and_names_what_the_bonus_did():
+    from egpo.trainer.metrics import format_step_summary
+
+    metrics = {"egpo/cot_entropy_mean": 0.48831, "egpo/bonus_mean": 0.1431, "egpo/applied_bonus_mean": 0.05724,
+               "egpo/clipped_frac": 0.6875, "egpo/bonus_active_frac": 0.5, "egpo/think_closed_frac": 1.0,
+               "egpo/entropy_rollout_vs_actor/max_abs_diff": 3.979e-06, "egpo/no_cot_frac": 0.0}
+    line = format_step_summary(3, metrics)
+    assert line == ("[egpo] step 3: cot_entropy=0.4883 bonus=0.1431 applied=0.05724 clipped=0.6875 changed=0.5 "
+                    "rollout_vs_actor=3.979e-06")
+    assert len(line) < 120

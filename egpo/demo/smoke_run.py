@@ -19,7 +19,8 @@ NUMPY_REPR = re.compile(r"^np\.\w+\((.*)\)$")
 def run_smoke(workdir: Path, demo: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
-        f"egpo_demo.out={demo}", f"trainer.default_local_dir={workdir / 'checkpoints'}", *overrides,
+        f"egpo_demo.out={demo}", f"trainer.default_local_dir={workdir / 'checkpoints'}",
+        "trainer.logger=[console,file]", *overrides,  # verl's console line per step: what step_metrics reads
     ]
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -37,7 +37,16 @@ def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor
     return metrics
 
 
+# the figures of a step's one console line, in this order, under these names (every egpo/ metric is in the run's
+# metrics.jsonl and verl's console logger)
+STEP_LINE = (("egpo/cot_entropy_mean", "cot_entropy"), ("egpo/bonus_mean", "bonus"),
+             ("egpo/applied_bonus_mean", "applied"), ("egpo/clipped_frac", "clipped"),
+             ("egpo/bonus_active_frac", "changed"), ("egpo/token_selection/kept_frac", "kept"),
+             ("egpo/entropy_rollout_vs_actor/max_abs_diff", "rollout_vs_actor"))
+
+
 def format_step_summary(step: int | None, metrics: dict) -> str:
-    """One readable line of a step's ``egpo/`` metrics (verl's console logger prints them among ~100 others)."""
-    parts = [f"{key.removeprefix('egpo/')}={value:.4g}" for key, value in sorted(metrics.items()) if key.startswith("egpo/")]
+    """One short line a step: the CoT entropy, the bonus before and after egpo_lambda, the share clipped and the share
+    of advantages it changed, the 80/20 rule's kept share and the rollout-vs-actor entropy agreement, where present."""
+    parts = [f"{name}={metrics[key]:.4g}" for key, name in STEP_LINE if key in metrics]
     return f"[egpo] step {step}: " + " ".join(parts)
