@@ -92,6 +92,9 @@ def main() -> None:
         problems = [*verl_config_name_problems(argv), *misspelled_override_problems(argv)]
     if problems:
         raise SystemExit(refusal("; ".join(problems) + ". Nothing was started."))
+    from egpo.console import quiet_driver
+
+    quiet_driver()
     hydra_main()
 
 

@@ -6,7 +6,7 @@ the directory the command runs in, unless set): verl's checkpoints (``global_ste
 there already, and egpo adds
 
 * ``config.yaml``: the configuration the run started with, after egpo's own settings (verl's console dump of it is
-  replaced by one line naming this file);
+  replaced by one line naming this file: :mod:`egpo.console`);
 * ``metrics.jsonl``: verl's file logger, one ``{"step": n, "data": {...}}`` line per step, each step once across
   resumed attempts (verl truncates the file it is given, so each attempt writes ``metrics.attempt.jsonl``, joined
   when it ends or when the next attempt starts; :mod:`egpo.run_state`); ``python -m egpo.report DIR`` reads it;
@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
-
-from egpo.patching import Patch
 
 LOGGER_PATH_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 CONFIG_FILE = "config.yaml"
@@ -63,29 +62,6 @@ def complete_run_outputs(config: DictConfig) -> None:
         OmegaConf.update(config, LOGGER_PATH_KEY, str(where / ATTEMPT_METRICS), force_add=True)
 
 
-_dump: dict = {"to": None}  # where this process's run keeps its config (set in verl's task runner process)
-
-
-def config_dump_line(original, obj, *args, **kwargs):
-    """Around ``pprint.pprint`` in verl's task-runner process: verl's console dump of the whole config becomes one
-    line naming ``config.yaml``; anything else is printed as it is."""
-    if _dump["to"] is not None and isinstance(obj, dict) and {"actor_rollout_ref", "trainer", "algorithm"} <= set(obj):
-        print(f"[egpo] the run's configuration: {_dump['to']}", flush=True)
-        return None
-    return original(obj, *args, **kwargs)
-
-
-CONFIG_DUMP = Patch("pprint:pprint", config_dump_line)
-
-
-def keep_config_dump_off_the_console(config: DictConfig) -> None:
-    """In verl's task-runner process (egpo's runner, before verl's ``run``), for a run with a run directory."""
-    where = run_directory(config)
-    if where is not None:
-        _dump["to"] = where / CONFIG_FILE
-        CONFIG_DUMP.apply()
-
-
 def resumed_step(config: DictConfig, where: Path) -> int:
     """The step verl will resume from (0: a fresh start), as verl decides it."""
     mode = str(config.trainer.get("resume_mode", "auto"))
@@ -99,14 +75,21 @@ def resumed_step(config: DictConfig, where: Path) -> int:
     return int(text) if text.isdigit() else 0
 
 
-class _Tee:
-    """A console stream that also appends to the run's log."""
+REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
+NO_STEPS_LINE = "[egpo] no step was logged"  # or its only one
+SUMMARY_WAIT_S = 30  # the longest the driver keeps copying the console into log.txt for it
 
-    def __init__(self, stream, log):
-        self.stream, self.log = stream, log
+
+class _Tee:
+    """A console stream that also appends to the run's log, and notes when the closing summary came through."""
+
+    def __init__(self, stream, log, summary_seen):
+        self.stream, self.log, self.summary_seen = stream, log, summary_seen
 
     def write(self, text):
         self.log.write(text)
+        if REPORT_LINE in text or NO_STEPS_LINE in text:
+            self.summary_seen.set()
         return self.stream.write(text)
 
     def flush(self):
@@ -118,14 +101,15 @@ class _Tee:
 
 
 class RunOutputs:
-    """Around one attempt of a main job: the run directory prepared and announced, the console copied to its log,
-    and a closing summary (``with RunOutputs(config): run``)."""
+    """Around one attempt of a main job, in the driver: the run directory prepared and announced, the console copied
+    to its log, the attempt's metrics joined at the end (``with RunOutputs(config): run``); the closing summary is
+    the runner's (:func:`print_summary`)."""
 
     def __init__(self, config: DictConfig):
         self.config = config
         self.where = run_directory(config)
-        self.started = time.monotonic()
         self._log = self._streams = None
+        self._summary_seen = threading.Event()
 
     def __enter__(self):
         if self.where is None:
@@ -143,7 +127,8 @@ class RunOutputs:
         self._log = (self.where / LOG_FILE).open("a", buffering=1)
         self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
         self._streams = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(sys.stdout, self._log), _Tee(sys.stderr, self._log)
+        sys.stdout, sys.stderr = (_Tee(sys.stdout, self._log, self._summary_seen),
+                                  _Tee(sys.stderr, self._log, self._summary_seen))
         start = f"resumes from step {resume}" if resume else "starts at step 0"
         print(f"[egpo] run directory: {self.where} ({start}; {CONFIG_FILE}, {METRICS_FILE}, {LOG_FILE}, "
               "checkpoints)", flush=True)
@@ -154,15 +139,23 @@ class RunOutputs:
             return False
         from egpo.run_state import join_attempt_metrics
 
-        steps = join_attempt_metrics(self.where)
-        try:
-            if kind is None:
-                for line in summary_lines(self.where, steps, self.config, time.monotonic() - self.started):
-                    print(line, flush=True)
-        finally:
-            sys.stdout, sys.stderr = self._streams
-            self._log.close()
+        join_attempt_metrics(self.where)
+        if kind is None:  # Ray forwards the runner's last lines, the summary among them, after its run returned
+            self._summary_seen.wait(timeout=SUMMARY_WAIT_S)
+        sys.stdout, sys.stderr = self._streams
+        self._log.close()
         return False
+
+
+def print_summary(config: DictConfig, seconds: float) -> None:
+    """At the end of verl's ``run``, in its task-runner process (egpo's runner): there the summary follows verl's own
+    last lines, which Ray forwards to the console from the same process, so it is what the console ends with."""
+    from egpo.run_state import logged_steps
+
+    where = run_directory(config)
+    if where is not None:
+        for line in summary_lines(where, logged_steps(where), config, seconds):
+            print(line, flush=True)
 
 
 def _last(steps: list[dict], key: str) -> tuple[int, float] | None:
@@ -179,7 +172,7 @@ def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: f
     from egpo.run_state import METRICS_FILE
 
     if not steps:
-        return [f"[egpo] no step was logged; the run directory: {where}"]
+        return [f"{NO_STEPS_LINE}; the run directory: {where}"]
     last = steps[-1]["step"]
     figures = []
     for key, name in (("critic/score/mean", "reward"), ("egpo/cot_entropy_mean", "CoT entropy")):
@@ -199,6 +192,6 @@ def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: f
     lines = [f"[egpo] done: {len(steps)} step(s) logged, the last step {last}, in {seconds:.0f} s"
              + (f"; step {last}: {', '.join(figures)}" if figures else "") + (f"; {val}" if val else ""),
              f"[egpo] run directory: {where}: {METRICS_FILE}, {CONFIG_FILE}, {LOG_FILE}, {kept}",
-             f"[egpo] report: python -m egpo.report {where}"]
+             f"{REPORT_LINE} {where}"]
     return lines
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ray
 
 from egpo.compat.entry import verl_entry
-from egpo.run_dir import keep_config_dump_off_the_console
+from egpo.console import fold_verls_dumps
 
 ENTRY = verl_entry()  # verl's task runner for the installed version (egpo.compat.entry), checked at import
 
@@ -24,15 +24,21 @@ class EgpoTaskRunner(ENTRY.base):
     """
 
     def run(self, config):
+        import time
+
+        from egpo.run_dir import print_summary
         from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
 
+        started = time.monotonic()
         ENTRY.install_trainer(EgpoRayPPOTrainer)
-        keep_config_dump_off_the_console(config)  # its run directory holds it (egpo.run_dir)
+        fold_verls_dumps(config)  # the run directory holds them (egpo.console)
         if config.trainer.get("device", "cuda") == "cpu":
             from egpo.cpu.padding import use_torch_padding
 
             use_torch_padding()  # the trainer unpads batches for verl 0.7.1's engine workers
-        return ENTRY.task_runner.run(self, config)
+        result = ENTRY.task_runner.run(self, config)
+        print_summary(config, time.monotonic() - started)
+        return result
 
     def add_actor_rollout_worker(self, config):
         """verl's actor/rollout worker, replaced by egpo's where a run needs one (:mod:`egpo.compat.workers`): the CPU

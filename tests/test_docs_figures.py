@@ -13,7 +13,7 @@ from conftest import VERL
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cpu.md"
-LINE = re.compile(r"^\[egpo\] step (\d+): (.*)$", re.M)
+LINE = re.compile(r"\[egpo\] step (\d+): (.*)$", re.M)  # after Ray's "(Process pid=N)" prefix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(VERL != "0.9.1", reason="docs/cpu.md quotes the verl 0.9.1 run")]
 

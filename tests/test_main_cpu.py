@@ -38,7 +38,8 @@ def assert_trained(proc, source: str, compared: bool):
     return steps
 
 
-@pytest.mark.parametrize("source", ["actor", "rollout"])
+@pytest.mark.parametrize("source", ["actor", pytest.param("rollout", marks=pytest.mark.skipif(
+    VERL == "0.9.1", reason="on verl 0.9.1 README's run trains with rollout entropy (tests/test_docs_figures.py)"))])
 def test_two_egpo_steps(tmp_path, demo, source):
     proc = run_smoke(tmp_path, demo, f"algorithm.entropy_source={source}", *COMMON)
     steps = assert_trained(proc, source, compared=True)

@@ -49,9 +49,10 @@ def test_an_attempt_writes_config_log_and_metrics_and_ends_with_where_they_are(t
                                             (2, {"critic/score/mean": 0.5, "egpo/cot_entropy_mean": 0.4,
                                                  "val-egpo/pass@1": 0.1, "val-egpo/pass@8": 0.3,
                                                  "val-egpo/pass@2": 0.2})])
+        run_dir.print_summary(cfg, 12.0)  # what egpo's runner prints when verl's run returns
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"[egpo] run directory: {where} (starts at step 0; config.yaml, metrics.jsonl, log.txt, checkpoints)"
-    assert out[-3].startswith("[egpo] done: 2 step(s) logged, the last step 2, in ")
+    assert out[-3].startswith("[egpo] done: 2 step(s) logged, the last step 2, in 12 s")
     assert out[-3].endswith("step 2: reward 0.5, CoT entropy 0.4; validation at step 2: pass@1 0.1, pass@8 0.3")
     assert out[-2] == (f"[egpo] run directory: {where}: metrics.jsonl, config.yaml, log.txt, no checkpoint "
                        "(trainer.save_freq=-1)")
@@ -76,29 +77,52 @@ def test_a_resumed_attempt_keeps_the_steps_up_to_its_checkpoint_and_logs_the_res
     with run_dir.RunOutputs(cfg):
         assert [s["step"] for s in read_steps(where / METRICS_FILE)] == [1, 2, 3]
         log_steps(where / ATTEMPT_METRICS, [(4, {"a": 4.0}), (5, {"a": 5.0})])
+        run_dir.print_summary(cfg, 1.0)
     assert "(resumes from step 3;" in capsys.readouterr().out
     assert [(s["step"], s["data"]["a"]) for s in read_steps(where / METRICS_FILE)] == [(i, float(i)) for i in range(1, 6)]
     fresh = config(where, resume_mode="disable")
     run_dir.complete_run_outputs(fresh)
     with run_dir.RunOutputs(fresh):
         assert read_steps(where / METRICS_FILE) == []  # a fresh start in the same directory keeps nothing
+        run_dir.print_summary(fresh, 1.0)
     assert (where / "log.txt").read_text().count("\n=== ") == 2
 
 
-def test_verls_config_dump_becomes_one_line_in_the_runners_process(tmp_path, monkeypatch, capsys):
+def test_verls_dumps_become_one_line_each_in_the_runners_process(tmp_path, monkeypatch, capsys):
+    from verl.trainer.ppo import ray_trainer
+
+    from egpo import console
+
     monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
     cfg = config(tmp_path / "run")
     run_dir.complete_run_outputs(cfg)
     try:
-        run_dir.keep_config_dump_off_the_console(cfg)
-        from pprint import pprint as verls_pprint  # verl imports it inside TaskRunner.run, after egpo's runner did this
+        console.fold_verls_dumps(cfg)
+        from pprint import pprint as verls_pprint  # TaskRunner.run imports it inside the method, after egpo's runner
 
         verls_pprint(OmegaConf.to_container(cfg, resolve=True))
         verls_pprint({"other": 1})
+        ray_trainer.pprint("Initial validation metrics: {'val-egpo/pass@1': 0.1}")  # RayPPOTrainer.fit's dumps
+        ray_trainer.pprint("Final validation metrics: {'val-egpo/pass@1': 0.125}")  # the closing summary has it
+        ray_trainer.pprint("another string")
     finally:
-        run_dir.CONFIG_DUMP.remove()
-    assert capsys.readouterr().out == f"[egpo] the run's configuration: {tmp_path / 'run' / 'config.yaml'}\n{{'other': 1}}\n"
-    assert not hasattr(pprint.pprint, "__egpo_patch__")
+        console.CONFIG_DUMP.remove()
+        console.VALIDATION_DUMP.remove()
+    where = tmp_path / "run"
+    assert capsys.readouterr().out == (f"[egpo] the run's configuration: {where / 'config.yaml'}\n{{'other': 1}}\n"
+                                       f"[egpo] initial validation metrics: every figure in {where / 'metrics.jsonl'}\n"
+                                       "'another string'\n")
+    assert not hasattr(pprint.pprint, "__egpo_patch__") and not hasattr(ray_trainer.pprint, "__egpo_patch__")
+
+
+def test_verls_optional_engine_warnings_are_filtered_in_every_worker(tmp_path):
+    from egpo import console
+
+    cfg = config(tmp_path / "run")
+    OmegaConf.update(cfg, console.WARNINGS_KEY, "ignore::DeprecationWarning", force_add=True)
+    console.quiet_workers(cfg)
+    console.quiet_workers(cfg)  # once
+    assert OmegaConf.select(cfg, console.WARNINGS_KEY) == "ignore::DeprecationWarning," + console.QUIET_WARNINGS
 
 
 def test_a_failed_attempt_keeps_its_metrics_and_prints_no_summary(tmp_path, monkeypatch, capsys):

@@ -106,6 +106,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
 
     from egpo.preflight.stack import check_stack
     from egpo.preflight.paths import resolve_local_paths
+    from egpo.console import quiet_workers
     from egpo.run_dir import complete_run_outputs
     from egpo.settings import EgpoSettings
     from egpo.trainer.actor_entropy import prepare_actor_entropy
@@ -139,6 +140,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
         demo_missing = not step("demo", build_demo_if_missing, config)
     step("paths", resolve_local_paths, config)
     step("outputs", complete_run_outputs, config)
+    step("console", quiet_workers, config)
     step("probe", pass_probe_settings_to_workers, config)
     step("cpu", _select_cpu_platform, config)
     auto_set_device(config)
