@@ -77,8 +77,12 @@ class Patch:
         return getattr(self.owner(), self.name)
 
     def _wrapper(self):
-        """This patch's wrapper, at the top of the target or under later egpo patches of the same target; or None."""
-        function = self.current()
+        """This patch's wrapper, at the top of the target or under later egpo patches of the same target; or None
+        (also where the target's module or class is not there: nothing was applied to it)."""
+        try:
+            function = self.current()
+        except (IncompatibleDependencyError, AttributeError):
+            return None
         while getattr(function, MARK, None) is not None:
             if getattr(function, MARK) is self:
                 return function
@@ -89,7 +93,7 @@ class Patch:
         return self._wrapper() is not None
 
     def original(self):
-        """What this patch wraps (applied), or would wrap (not applied)."""
+        """What this patch wraps (applied), or would wrap (not applied: a missing target raises, naming it)."""
         wrapper = self._wrapper()
         return self.current() if wrapper is None else wrapper.__wrapped__
 

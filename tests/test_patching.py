@@ -100,8 +100,13 @@ def test_two_patches_on_one_target_nest_and_unwind(target_module):
 def test_a_missing_target_names_what_is_missing(target_module):
     with pytest.raises(IncompatibleDependencyError, match=r"egpo_patch_target\.Base\.gone does not exist; see X"):
         resolve("egpo_patch_target:Base.gone", advice="; see X")
+    absent = Patch("egpo_no_such_module:Thing.method", plus_one)  # a target this version does not have
+    assert not absent.applied()
+    absent.remove()  # nothing was applied: nothing to undo
     with pytest.raises(IncompatibleDependencyError, match="egpo_no_such_module cannot be imported"):
-        Patch("egpo_no_such_module:Thing.method", plus_one).apply()
+        absent.apply()
+    with pytest.raises(IncompatibleDependencyError, match="egpo_no_such_module cannot be imported"):
+        absent.original()
     with pytest.raises(ValueError, match="package.module:Qual.name"):
         Patch("egpo_patch_target.Base.step", plus_one)
 

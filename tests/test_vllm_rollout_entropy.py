@@ -268,7 +268,7 @@ def test_the_compiled_kernel_is_warmed_once_before_the_first_kernel_call(patched
 
     calls = []
     monkeypatch.setattr(worker_entropy, "uses_compiled_kernel", lambda logits: True)
-    monkeypatch.setitem(worker_entropy._state, "warmed", False)
+    monkeypatch.setitem(worker_entropy._worker, "warmed", False)
     monkeypatch.setattr(worker_entropy, "warm_compiled_kernel",
                         lambda width, device, temperature_scaled: calls.append(("warm", width, str(device),
                                                                                 temperature_scaled)))
