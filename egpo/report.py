@@ -429,7 +429,8 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     runs = load_runs(root, left_out)
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
     steps = steps or sorted({max(1, last // 2), last})
-    lines = [f"# EGPO ablation report: {root}", "",
+    kind = "ablation report" if len(runs) > 1 or any(len(seeds) > 1 for seeds in runs.values()) else "report"
+    lines = [f"# EGPO {kind}: {root}", "",
              "Runs: " + ", ".join(f"{arm} ({len(seeds)} seed{'s' * (len(seeds) != 1)})"
                                   for arm, seeds in runs.items()) +
              f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
