@@ -70,7 +70,9 @@ def identify(path: Path) -> tuple[str, int]:
         match = NAME.match(name)
         if match:
             return match["arm"], int(match["seed"])
-    return (path.parent.name if path.name == "metrics.jsonl" else path.stem), 0  # a main job's run directory
+    from egpo.run_state import METRICS_FILE
+
+    return (path.parent.name if path.name == METRICS_FILE else path.stem), 0  # a main job's run directory
 
 
 def load_runs(root: Path, left_out: list[str] | None = None) -> dict[str, dict[int, Series]]:

@@ -46,6 +46,12 @@ def run_directory(config: DictConfig) -> Path | None:
     return where
 
 
+def trainer_loggers(config: DictConfig) -> list[str]:
+    """``trainer.logger`` as a list (verl takes one name or a list)."""
+    loggers = config.trainer.get("logger", ["console"])
+    return [loggers] if isinstance(loggers, str) else list(loggers)
+
+
 def complete_run_outputs(config: DictConfig) -> None:
     """verl's file logger on, writing into the run directory (a preflight step: nothing is written here)."""
     from egpo.run_state import ATTEMPT_METRICS
@@ -53,8 +59,7 @@ def complete_run_outputs(config: DictConfig) -> None:
     where = run_directory(config)
     if where is None:
         return
-    loggers = config.trainer.get("logger", ["console"])
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    loggers = trainer_loggers(config)
     with open_dict(config):
         config.trainer.default_local_dir = str(where)  # the driver's and the workers' run directory alike
         if "file" not in loggers:
@@ -70,9 +75,9 @@ def resumed_step(config: DictConfig, where: Path) -> int:
     if mode == "resume_path":
         tail = Path(str(config.trainer.get("resume_from_path") or "")).name
         return int(tail.rsplit("_", 1)[1]) if tail.startswith("global_step_") else 0
-    pointer = where / "latest_checkpointed_iteration.txt"
-    text = pointer.read_text().strip() if pointer.exists() else ""
-    return int(text) if text.isdigit() else 0
+    from egpo.run_state import checkpoint_pointer
+
+    return checkpoint_pointer(where)
 
 
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line

@@ -33,13 +33,16 @@ RUN = "run.json"
 JOB = "job.json"  # the Ray job running the run's attempt, when the ablation dispatches to a cluster
 
 
+def checkpoint_pointer(directory: Path) -> int:
+    """The step verl's resume pointer in a checkpoint directory names (0: none)."""
+    latest = directory / LATEST
+    text = latest.read_text().strip() if latest.exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
 def last_checkpoint(work: Path) -> int:
     """The step of the run's last complete checkpoint (0: none)."""
-    latest = work / CHECKPOINTS / LATEST
-    if not latest.exists():
-        return 0
-    text = latest.read_text().strip()
-    return int(text) if text.isdigit() else 0
+    return checkpoint_pointer(work / CHECKPOINTS)
 
 
 def read_steps(path: Path) -> list[dict]:

@@ -25,8 +25,9 @@ def wandb_credentials() -> bool:
 
 
 def logger_findings(config) -> list[Finding]:
-    loggers = config.trainer.get("logger", ["console"])
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    from egpo.run_dir import run_directory, trainer_loggers
+
+    loggers = trainer_loggers(config)
     keep = [name for name in loggers if name != "wandb"] or ["console"]
     findings = []
     for name in loggers:
@@ -41,8 +42,6 @@ def logger_findings(config) -> list[Finding]:
     if "file" not in loggers:
         findings.append(warning("logger", "trainer.logger has no file logger, so python -m egpo.report cannot read this "
                                           f"run; trainer.logger=[{','.join([*loggers, 'file'])}]"))
-    from egpo.run_dir import run_directory
-
     where = run_directory(config)
     if where is not None and "file" in loggers:
         findings.append(fact("outputs", f"run directory {where}: config.yaml, metrics.jsonl (python -m egpo.report "
