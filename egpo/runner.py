@@ -23,21 +23,28 @@ class EgpoTaskRunner(ENTRY.base):
     its own Ray actor process, where that name is pointed at egpo's subclass before verl's ``run`` executes.
     """
 
+    def trainer_class(self) -> type:
+        from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
+
+        return EgpoRayPPOTrainer
+
+    def finished(self, config, seconds: float) -> None:
+        from egpo.run_dir import print_summary
+
+        print_summary(config, seconds)
+
     def run(self, config):
         import time
 
-        from egpo.run_dir import print_summary
-        from egpo.trainer.ray_trainer import EgpoRayPPOTrainer  # registers the estimator when it is built
-
         started = time.monotonic()
-        ENTRY.install_trainer(EgpoRayPPOTrainer)
+        ENTRY.install_trainer(self.trainer_class())
         fold_verls_dumps(config)  # the run directory holds them (egpo.console)
         if config.trainer.get("device", "cuda") == "cpu":
             from egpo.cpu.padding import use_torch_padding
 
             use_torch_padding()  # the trainer unpads batches for verl 0.7.1's engine workers
         result = ENTRY.task_runner.run(self, config)
-        print_summary(config, time.monotonic() - started)
+        self.finished(config, time.monotonic() - started)
         return result
 
     def add_actor_rollout_worker(self, config):

@@ -45,6 +45,8 @@ ENGINE_PROBE_PREFIX = "actor/probe/"
 
 
 class EgpoRayPPOTrainer(RayPPOTrainer):
+    trains = True  # False: a subclass that only generates (egpo.generate.trainer)
+
     def __init__(self, config, *args, **kwargs):
         from egpo.compat.rollout import register_replicas
 
@@ -58,7 +60,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
                                                    default=pass_at_k.DEFAULT_SOLVED_SCORE))
         warn_on_temperature_mismatch(config, self.egpo)
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.span == "cot")
-        if self.egpo.enabled:
+        if self.egpo.enabled and self.trains:
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
 
     def init_workers(self):

@@ -1,0 +1,160 @@
+"""``index.html`` and ``analysis.md``: the analysis for a reader.
+
+The page shows a sample of responses with every response token in a ``<span class="tok">`` coloured by its entropy
+(its value on hover), the plots, and, for runs on the same responses, each shown response side by side under every
+run's entropy. The rows shown are each run's first by (index, sample), the same rows for every run.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import numpy as np
+
+from egpo.analyze.stats import PERCENTILES
+from egpo.analyze.tokens import RunTokens
+
+STYLE = """
+body { font-family: sans-serif; max-width: 1200px; margin: 1em auto; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
+.resp { font-family: monospace; white-space: pre-wrap; line-height: 1.6; }
+.tok { border-radius: 2px; }
+img { max-width: 100%; }
+"""
+
+
+def token_colour(entropy: float, scale: float) -> str:
+    """White (0 nats) to red (``scale`` nats and above)."""
+    share = 0.0 if scale <= 0 else min(1.0, max(0.0, entropy / scale))
+    fade = int(round(255 * (1 - share)))
+    return f"rgb(255,{fade},{fade})"
+
+
+def response_html(run: RunTokens, row: int, decode, scale: float) -> str:
+    lo, hi = run.offsets[row], run.offsets[row + 1]
+    spans = [f'<span class="tok" style="background-color:{token_colour(h, scale)}" title="{h:.4f} nats">'
+             f'{html.escape(decode(int(t)))}</span>'
+             for t, h in zip(run.token_id[lo:hi].tolist(), run.entropy[lo:hi].tolist())]
+    return (f'<div class="resp" data-run="{html.escape(run.name)}" data-index="{int(run.index[row])}" '
+            f'data-sample="{int(run.sample[row])}">{"".join(spans)}</div>')
+
+
+def shown_keys(runs: list[RunTokens], count: int) -> list[tuple[int, int]]:
+    """The (index, sample) rows every run holds, first ``count`` of them."""
+    common = set(zip(runs[0].index.tolist(), runs[0].sample.tolist()))
+    for run in runs[1:]:
+        common &= set(zip(run.index.tolist(), run.sample.tolist()))
+    return sorted(common)[:count]
+
+
+def row_of(run: RunTokens, key: tuple[int, int]) -> int:
+    return int(np.flatnonzero((run.index == key[0]) & (run.sample == key[1]))[0])
+
+
+def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, show: int) -> str:
+    scale = max(float(np.percentile(r.entropy, 99)) if len(r.entropy) else 0.0 for r in runs) or 1.0
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Token entropy</title><style>{STYLE}</style>"
+             "</head><body><h1>Token entropy</h1>",
+             "<table><tr><th>run</th><th>responses</th><th>tokens</th><th>mean</th><th>p50</th>"
+             "<th>p80 (80/20 threshold)</th><th>p95</th><th>below 0.01</th><th>below 0.1</th></tr>"]
+    for s in analysis["runs"]:
+        p = s["percentiles"]
+        cells = [s["name"], s["responses"], s["tokens"], _num(s["mean"]), _num(p["50"]), _num(p["80"]),
+                 _num(p["95"]), _num(s["frac_below_0.01"]), _num(s["frac_below_0.1"])]
+        parts.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    parts += [f'<h2>{html.escape(p.rsplit(".", 1)[0].replace("_", " "))}</h2><img src="{html.escape(p)}">'
+              for p in plots]
+    keys = shown_keys(runs, show)
+    parts.append(f"<h2>Responses</h2><p>Each response token coloured by its entropy, white 0 to red {scale:.2f} nats "
+                 "(the runs' 99th percentile) and above; hover for the value.</p>")
+    paired_groups = _paired_groups(runs)
+    for group in paired_groups:
+        if len(group) > 1:
+            parts.append("<h3>" + " | ".join(html.escape(r.name) for r in group) + " (same responses)</h3><table><tr>"
+                         + "".join(f"<th>{html.escape(r.name)}</th>" for r in group) + "</tr>")
+            for key in keys:
+                parts.append("<tr>" + "".join(f"<td>{response_html(r, row_of(r, key), decode, scale)}</td>"
+                                              for r in group) + "</tr>")
+            parts.append("</table>")
+        else:
+            run = group[0]
+            parts.append(f"<h3>{html.escape(run.name)}</h3>")
+            own = sorted(zip(run.index.tolist(), run.sample.tolist()))[:show]
+            parts += [response_html(run, row_of(run, key), decode, scale) + "<hr>" for key in own]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _paired_groups(runs: list[RunTokens]) -> list[list[RunTokens]]:
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault(run.run.get("responses_id") or id(run), []).append(run)
+    return list(groups.values())
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _split_row(label: str, d: dict | None) -> str:
+    if not d or not d.get("tokens"):
+        return f"| {label} | 0 | - | - | - | - | - |"
+    p = d["percentiles"]
+    return (f"| {label} | {d['tokens']} | {_num(d['mean'])} | {_num(p['50'])} | {_num(p['80'])} | "
+            f"{_num(d['frac_below_0.01'])} | {_num(d['frac_below_0.1'])} |")
+
+
+def analysis_md(analysis: dict, plots: list[str]) -> str:
+    lines = ["# Token entropy", "", f"Runs: {', '.join(s['name'] for s in analysis['runs'])}. Entropy in nats per "
+             "response token; the 80th percentile is the 80/20 rule's threshold. Every number below is in "
+             "analysis.json.", ""]
+    for s in analysis["runs"]:
+        lines += [f"## {s['name']}", "",
+                  f"{s['mode']} run of `{s['model']}`" + (f", checkpoint `{s['checkpoint']}`" if s["checkpoint"] else "")
+                  + f"; entropy of {json.dumps(s['entropy_of'])}; {s['responses']} responses.", "",
+                  "| tokens | " + " | ".join(f"p{q}" for q in PERCENTILES) + " | mean | below 0.01 | below 0.1 |",
+                  "|---" * (len(PERCENTILES) + 4) + "|",
+                  f"| {s['tokens']} | " + " | ".join(_num(s["percentiles"][str(q)]) for q in PERCENTILES)
+                  + f" | {_num(s['mean'])} | {_num(s['frac_below_0.01'])} | {_num(s['frac_below_0.1'])} |", "",
+                  "| tokens of | count | mean | p50 | p80 | below 0.01 | below 0.1 |", "|---|---|---|---|---|---|---|",
+                  _split_row("all", s), _split_row("the thought", s["thought"]), _split_row("the answer", s["answer"]),
+                  _split_row(f"correct responses (score >= {s['solved_score']:g})", s["correct"]),
+                  _split_row("incorrect responses", s["incorrect"]), ""]
+        if s["thought"] is None:
+            lines += ["No thinking markers in this run's tokenizer: no thought/answer split.", ""]
+        per = s["per_response"]
+        lines += [f"Per response: mean entropy's correlation with length {_num(per['corr_mean_entropy_length'])}, "
+                  f"with score {_num(per['corr_mean_entropy_score'])}.", ""]
+        for key, title in (("top_high", "highest"), ("top_low", "lowest")):
+            lines += [f"Tokens with the {title} mean entropy (seen at least {s['min_count']} times):", "",
+                      "| token | id | mean entropy | count |", "|---|---|---|---|"]
+            lines += [f"| `{t['text']!r}` | {t['token_id']} | {t['mean_entropy']:.4f} | {t['count']} |" for t in s[key]]
+            lines.append("")
+    for c in analysis["comparisons"]:
+        shift = c["shift"]
+        lines += [f"## {c['b']} against {c['a']}", "",
+                  ("The same responses (a paired bootstrap)." if c["paired"] else "Different responses.")
+                  + f" {shift['resamples']} bootstrap resamples of responses, {int(shift['confidence'] * 100)}% "
+                  "intervals." + ("" if c["same_entropy_definition"] else
+                                  " **The two runs' entropies are of different distributions** (see entropy_of)."), "",
+                  "| | shift | interval |", "|---|---|---|",
+                  f"| mean | {shift['mean']['shift']:+.4f} | [{shift['mean']['low']:+.4f}, {shift['mean']['high']:+.4f}] |"]
+        lines += [f"| p{q} | {v['shift']:+.4f} | [{v['low']:+.4f}, {v['high']:+.4f}] |"
+                  for q, v in shift["percentiles"].items()]
+        lines.append("")
+        if c["top20_overlap"]:
+            o = c["top20_overlap"]
+            lines += [f"Top-20% entropy positions: {o['both']} of {c['a']}'s {o['top_a']} are in {c['b']}'s top 20% "
+                      f"too (overlap {o['overlap']:.3f}; chance {o['chance']}).", ""]
+        lines += ["Tokens whose mean entropy moved most:", "", f"| token | id | {c['a']} | {c['b']} | shift |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| `{t['text']!r}` | {t['token_id']} | {t['mean_entropy_a']:.4f} | {t['mean_entropy_b']:.4f} | "
+                  f"{t['shift']:+.4f} |" for t in c["token_moves"]]
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    else:
+        lines += ["No plots: matplotlib is not installed (pip install -e '.[report]')."]
+    return "\n".join(lines) + "\n"

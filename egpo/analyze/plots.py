@@ -1,0 +1,75 @@
+"""The analysis's PNG plots (matplotlib, ``pip install -e '.[report]'``; without it the analysis has no plots and
+says so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from egpo.analyze.tokens import RunTokens
+
+
+def write_plots(out: Path, runs: list[RunTokens], analysis: dict) -> list[str]:
+    """The PNG files written into ``out`` (names relative to it); [] without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
+
+    top = max((float(r.entropy.max()) for r in runs if len(r.entropy)), default=1.0) or 1.0
+    edges = np.linspace(0, top, 61)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run, summary in zip(runs, analysis["runs"]):
+        ax.hist(run.entropy, bins=edges, histtype="step", density=True, label=run.name)
+        if summary["percentiles"]["80"] is not None:
+            ax.axvline(summary["percentiles"]["80"], linestyle=":", color=ax.lines[-1].get_color()
+                       if ax.lines else None)
+    ax.set_yscale("log")
+    ax.set(xlabel="token entropy (nats)", ylabel="density (log)", title="Token entropy (dotted: 80th percentile)")
+    ax.legend()
+    save(fig, "entropy_distribution.png")
+
+    profiles = [(s["name"], s["thought_profile"]) for s in analysis["runs"] if s["thought_profile"]]
+    if profiles:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, profile in profiles:
+            centres = (np.arange(profile["bins"]) + 0.5) / profile["bins"]
+            values = [np.nan if v is None else v for v in profile["mean_entropy"]]
+            ax.plot(centres, values, marker="o", label=name)
+        ax.set(xlabel="relative position in the thought", ylabel="mean token entropy (nats)",
+               title="Entropy along the thought")
+        ax.legend()
+        save(fig, "entropy_along_thought.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run in runs:
+        ax.scatter(run.lengths, run.row_means(), s=8, alpha=0.6, label=run.name)
+    ax.set(xlabel="response length (tokens)", ylabel="mean token entropy (nats)", title="Per response")
+    ax.legend()
+    save(fig, "response_entropy_vs_length.png")
+
+    if analysis["comparisons"]:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for c in analysis["comparisons"]:
+            qs = [int(q) for q in c["shift"]["percentiles"]]
+            shift = np.array([v["shift"] for v in c["shift"]["percentiles"].values()])
+            low = np.array([v["low"] for v in c["shift"]["percentiles"].values()])
+            high = np.array([v["high"] for v in c["shift"]["percentiles"].values()])
+            ax.errorbar(qs, shift, yerr=[shift - low, high - shift], marker="o", capsize=3,
+                        label=f"{c['b']} - {c['a']}")
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.set(xlabel="percentile", ylabel="shift (nats)", title="Percentile shifts, bootstrap intervals")
+        ax.legend()
+        save(fig, "percentile_shift.png")
+    return written

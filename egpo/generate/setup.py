@@ -1,0 +1,112 @@
+"""The driver's half of ``python -m egpo.generate``: the config (the recipe's, with the generation settings), the
+checkpoint and the source run checked, ``run.json`` written or matched, before Ray starts; then verl's entry point
+with egpo's generation runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf, open_dict
+
+from egpo.errors import EgpoConfigError
+from egpo.generate.options import GenerateOptions, check_checkpoint_world_size, resolve_checkpoint
+from egpo.generate.store import SampleStore, read_run
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise EgpoConfigError(f"{name} must be at least 1, got {value}")
+
+
+def generation_config(args):
+    """The recipe plus the user's overrides plus :data:`egpo.generate.__main__.GENERATION_OVERRIDES`, completed and
+    checked by egpo.main's own pass (:func:`egpo.preflight.prepare.prepare_config`)."""
+    from egpo.generate.__main__ import GENERATION_OVERRIDES
+    from egpo.preflight.__main__ import compose
+    from egpo.preflight.prepare import prepare_config
+
+    out = args.out.expanduser().resolve()
+    overrides = [*args.overrides, *GENERATION_OVERRIDES, f"trainer.default_local_dir={out / 'trainer'}"]
+    config = compose(args.config_path, args.config_name, overrides)
+    checkpoint = None
+    if args.checkpoint:
+        checkpoint = resolve_checkpoint(args.checkpoint)
+        check_checkpoint_world_size(checkpoint, config)
+    with open_dict(config):
+        if checkpoint:  # the weights only: no optimizer state in memory for a run that never steps
+            config.actor_rollout_ref.actor.checkpoint.load_contents = ["model"]
+        config.trainer.resume_mode = "resume_path" if checkpoint else "disable"
+        config.trainer.resume_from_path = str(checkpoint) if checkpoint else None
+        config.trainer.del_local_ckpt_after_load = False
+    config = prepare_config(config, preflight=False)
+    return config, checkpoint
+
+
+def prepare_generation(args):
+    """-> (config with its ``egpo_generate`` node, the store, run.json's content)."""
+    from egpo.ablation.attempt import installed_versions
+    from egpo.rollout.entropy import EntropyOptions
+
+    for name in ("n", "max_rows", "chunk"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    out = args.out.expanduser().resolve()
+    source = None
+    if args.score is not None:
+        source = args.score.expanduser().resolve()
+        held = read_run(source)
+        if not (source / "done.json").exists():
+            raise EgpoConfigError(f"--score {args.score}: that run is not finished (no done.json); rerun its command "
+                                  "to finish it first")
+        if source == out:
+            raise EgpoConfigError("--score and --out name the same folder; give the scored rows a folder of their own")
+    config, checkpoint = generation_config(args)
+    rollout = config.actor_rollout_ref.rollout
+    options = GenerateOptions(
+        out=str(out), mode="score" if source else "generate", split=args.split,
+        n=args.n or int(rollout.n), max_rows=args.max_rows, chunk=args.chunk or int(config.data.train_batch_size),
+        source=str(source) if source else None, checkpoint=str(checkpoint) if checkpoint else None)
+    options.into(config)
+    model = str(config.actor_rollout_ref.model.path)
+    temperature = float(rollout.temperature)
+    if source:
+        fingerprint = {"mode": "score", "model": model, "checkpoint": options.checkpoint, "source": options.source,
+                       "temperature": temperature}
+        entropy = {"of": "logits / temperature (the actor's recompute, teacher-forced)", "temperature": temperature,
+                   "top_k": 0}
+    else:
+        entropy_options = EntropyOptions.from_rollout_config(rollout)
+        files = config.data.val_files if args.split == "val" else config.data.train_files
+        fingerprint = {"mode": "generate", "model": model, "checkpoint": options.checkpoint, "split": args.split,
+                       "data_files": OmegaConf.to_container(files) if OmegaConf.is_config(files) else files,
+                       "n": options.n, "max_rows": options.max_rows, "chunk": options.chunk,
+                       "rollout": str(rollout.name), "temperature": temperature, "top_p": float(rollout.top_p),
+                       "top_k": int(rollout.top_k), "response_length": int(rollout.response_length),
+                       "seed": int((rollout.get("custom") or {}).get("seed", 0))}
+        entropy = {"of": "logits / temperature" if entropy_options.temperature_scaled else "logits",
+                   "temperature": temperature, "top_k": entropy_options.top_k}
+    algorithm = config.algorithm
+    details = {
+        "responses_id": held.get("responses_id") if source else None,
+        "entropy": entropy,
+        "think_token_ids": [algorithm.get("cot_start_token_id"), algorithm.get("cot_end_token_id")],
+        "tokenizer": model,
+        "versions": installed_versions(),
+        "config": OmegaConf.to_container(config, resolve=False),
+    }
+    store = SampleStore(out)
+    run = store.start(fingerprint, details)
+    print(f"[egpo] generate: {options.mode} into {out} ({'teacher-forcing ' + options.source if source else f'{options.n} samples per prompt of {args.split}'}"
+          f"{', checkpoint ' + options.checkpoint if checkpoint else ''})", flush=True)
+    return config, store, run
+
+
+def launch(config) -> None:
+    import ray
+    from verl.trainer import main_ppo
+
+    from egpo.advantage.registry import register as register_estimator
+    from egpo.generate.runner import GenerateTaskRunner
+    from egpo.trainer.placement import OnDriverNode
+
+    register_estimator()
+    main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(GenerateTaskRunner)))
