@@ -17,17 +17,20 @@ from pathlib import Path
 
 
 def make_decoder(runs):
-    """Token id -> its text, by the first run's tokenizer (each id decoded once); ``#id`` where no tokenizer loads."""
+    """Token id -> its text, by the first run's tokenizer that loads from this machine (each id decoded once);
+    ``#id`` where none does (the analysis says so)."""
     from functools import lru_cache
 
     tokenizer = None
-    for run in runs:
-        try:
+    for source in dict.fromkeys(run.run.get("tokenizer") for run in runs):
+        if not source:
+            continue
+        try:  # a local folder or the hub's cache; never a download
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(run.run.get("tokenizer"))
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             break
-        except Exception:  # noqa: BLE001 - any tokenizer that does not load: the ids are shown instead, and said
+        except Exception:  # noqa: BLE001 - a tokenizer that does not load: the ids are shown instead, and said
             continue
 
     @lru_cache(maxsize=None)

@@ -66,7 +66,9 @@ def write_plots(out: Path, runs: list[RunTokens], analysis: dict) -> list[str]:
             shift = np.array([v["shift"] for v in c["shift"]["percentiles"].values()])
             low = np.array([v["low"] for v in c["shift"]["percentiles"].values()])
             high = np.array([v["high"] for v in c["shift"]["percentiles"].values()])
-            ax.errorbar(qs, shift, yerr=[shift - low, high - shift], marker="o", capsize=3,
+            # a percentile-bootstrap interval need not contain the estimate: the bars end at it then
+            ax.errorbar(qs, shift, yerr=[np.clip(shift - low, 0, None), np.clip(high - shift, 0, None)], marker="o",
+                        capsize=3,
                         label=f"{c['b']} - {c['a']}")
         ax.axhline(0, color="grey", linewidth=0.8)
         ax.set(xlabel="percentile", ylabel="shift (nats)", title="Percentile shifts, bootstrap intervals")

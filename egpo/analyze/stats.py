@@ -92,40 +92,30 @@ def run_summary(run: RunTokens, solved_score: float, min_count: int, top: int, d
 
 
 # ---------------------------------------------------------------------- comparison
-def _weighted_percentiles(sorted_values: np.ndarray, weights_sorted: np.ndarray, qs) -> np.ndarray:
-    """Inverse-CDF percentiles of ``sorted_values`` with integer weights (a bootstrap resample's token counts)."""
-    cum = np.cumsum(weights_sorted)
-    targets = np.asarray(qs, dtype=np.float64) / 100.0 * cum[-1]
-    at = np.searchsorted(cum, targets, side="left")
-    return sorted_values[np.minimum(at, len(sorted_values) - 1)]
-
-
 def percentile_shift(a: RunTokens, b: RunTokens, paired: bool, resamples: int, seed: int,
                      confidence: float = 0.95) -> dict:
-    """``b`` minus ``a`` at each percentile and in the mean, with a bootstrap interval over responses."""
+    """``b`` minus ``a`` at each percentile and in the mean, with a percentile-bootstrap interval over responses: each
+    resample draws responses with replacement, takes all their tokens, and computes the same numpy percentiles."""
     qs = np.array(PERCENTILES, dtype=np.float64)
     point = np.percentile(b.entropy, qs) - np.percentile(a.entropy, qs)
     mean_point = b.entropy.mean() - a.entropy.mean()
     rng = np.random.default_rng(seed)
-    order_a, order_b = np.argsort(a.entropy, kind="stable"), np.argsort(b.entropy, kind="stable")
-    sorted_a, sorted_b = a.entropy[order_a], b.entropy[order_b]
-    rows_a, rows_b = a.row[order_a], b.row[order_b]
-    if paired:  # the same responses: resample response keys once, for both runs
+    if paired:  # the same responses: one resample of response keys for both runs
         keys_a, keys_b = a.index * (1 << 20) + a.sample, b.index * (1 << 20) + b.sample
-        to_b = np.searchsorted(np.sort(keys_b), keys_a)
-        b_row_of_sorted_key = np.argsort(keys_b, kind="stable")
+        b_rows_by_key = np.argsort(keys_b, kind="stable")
+        a_to_b = b_rows_by_key[np.searchsorted(keys_b[b_rows_by_key], keys_a)]
     shifts, mean_shifts = [], []
     for _ in range(resamples):
-        picks_a = rng.integers(0, a.rows, a.rows)
-        weights_a = np.bincount(picks_a, minlength=a.rows)
+        weights_a = np.bincount(rng.integers(0, a.rows, a.rows), minlength=a.rows)
         if paired:
             weights_b = np.zeros(b.rows, dtype=np.int64)
-            weights_b[b_row_of_sorted_key[to_b]] = weights_a
+            weights_b[a_to_b] = weights_a
         else:
             weights_b = np.bincount(rng.integers(0, b.rows, b.rows), minlength=b.rows)
-        wa, wb = weights_a[rows_a], weights_b[rows_b]
-        shifts.append(_weighted_percentiles(sorted_b, wb, qs) - _weighted_percentiles(sorted_a, wa, qs))
-        mean_shifts.append((sorted_b * wb).sum() / wb.sum() - (sorted_a * wa).sum() / wa.sum())
+        sample_a = np.repeat(a.entropy, weights_a[a.row])
+        sample_b = np.repeat(b.entropy, weights_b[b.row])
+        shifts.append(np.percentile(sample_b, qs) - np.percentile(sample_a, qs))
+        mean_shifts.append(sample_b.mean() - sample_a.mean())
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(np.array(shifts), [tail, 100 - tail], axis=0)
     mean_low, mean_high = np.percentile(np.array(mean_shifts), [tail, 100 - tail])

@@ -61,7 +61,7 @@ def refuse(message: str) -> SystemExit:
 def main(argv: list[str] | None = None) -> None:
     from egpo.compat.versions import environment_problems
 
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     problems = environment_problems()
     if problems:
         raise refuse("; ".join(problems))
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     quiet_driver()
 
     try:
-        config, store, run = prepare_generation(args)
+        config, store = prepare_generation(args)
     except EgpoError as err:
         raise refuse(str(err)) from None
     if store.done():
@@ -81,8 +81,12 @@ def main(argv: list[str] | None = None) -> None:
     from egpo.generate.setup import launch
 
     launch(config)
-    print(f"[egpo] generate: {store.out} holds {run['fingerprint']['mode']} rows of every prompt; analyse them with "
-          f"python -m egpo.analyze {store.out} --out {store.out}/analysis", flush=True)
+    if not store.done():
+        raise SystemExit(f"[egpo] generate: {store.out} is not complete; the same command finishes it")
+    from egpo.generate.store import read_done
+
+    print(f"[egpo] generate: {read_done(store.out)['rows']} rows in {store.samples}; the analysis: python -m "
+          f"egpo.analyze {store.out} --out {store.out / 'analysis'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ with egpo's generation runner."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
@@ -43,7 +42,7 @@ def generation_config(args):
 
 
 def prepare_generation(args):
-    """-> (config with its ``egpo_generate`` node, the store, run.json's content)."""
+    """-> (config with its ``egpo_generate`` node, the store holding run.json)."""
     from egpo.ablation.attempt import installed_versions
     from egpo.rollout.entropy import EntropyOptions
 
@@ -94,10 +93,10 @@ def prepare_generation(args):
         "config": OmegaConf.to_container(config, resolve=False),
     }
     store = SampleStore(out)
-    run = store.start(fingerprint, details)
+    store.start(fingerprint, details)
     print(f"[egpo] generate: {options.mode} into {out} ({'teacher-forcing ' + options.source if source else f'{options.n} samples per prompt of {args.split}'}"
           f"{', checkpoint ' + options.checkpoint if checkpoint else ''})", flush=True)
-    return config, store, run
+    return config, store
 
 
 def launch(config) -> None:

@@ -99,8 +99,13 @@ class GenerationTrainer(EgpoRayPPOTrainer):
 
         source_rows = int(read_done(options.source).get("rows", 0)) or None
         progress = Progress("score", total_rows=source_rows, unit_rows="samples")
-        world = int(self.config.trainer.n_gpus_per_node) * int(self.config.trainer.nnodes)
-        temperature = float(self.config.actor_rollout_ref.rollout.temperature)
+        # the recompute splits each worker's share into micro-batches of the rollout's log-prob size (verl's engine
+        # workers need whole ones): the batch is padded to a multiple of both, the padding dropped after
+        rollout = self.config.actor_rollout_ref.rollout
+        micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(
+            rollout.get("log_prob_micro_batch_size_per_gpu", None) or 1)
+        divisor = int(self.config.trainer.n_gpus_per_node) * int(self.config.trainer.nnodes) * micro
+        temperature = float(rollout.temperature)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         rows = 0
         for k, table in iter_parts(options.source):
@@ -119,7 +124,7 @@ class GenerationTrainer(EgpoRayPPOTrainer):
                 "input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attention,
                 "position_ids": (attention.cumsum(dim=1) - 1).clamp(min=0),
             }, meta_info={"temperature": temperature, "global_token_num": attention.sum(-1).tolist()})
-            batch, pad = pad_dataproto_to_divisor(batch, world)
+            batch, pad = pad_dataproto_to_divisor(batch, divisor)
             recomputed, _ = self._compute_old_log_prob(batch)
             recomputed = unpad_dataproto(recomputed, pad_size=pad)
             store.write_part(k, rows_table(

@@ -1,0 +1,141 @@
+"""egpo.generate's parts without Ray: tensors -> rows, the run folder (whole parts, the fingerprint), the checkpoint
+it is given, the progress line."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from egpo.generate.options import (CheckpointError, GenerateOptions, check_checkpoint_world_size,
+                                   resolve_checkpoint)
+from egpo.generate.progress import Progress, duration
+from egpo.generate.rows import padded, ragged, rows_table, sample_numbers
+from egpo.generate.store import COLUMNS, GenerationRunError, SampleStore, iter_parts, part_numbers
+
+
+class Chars:
+    """A tokenizer whose token i is chr(97 + i)."""
+
+    def batch_decode(self, rows, skip_special_tokens=False):
+        return ["".join(chr(97 + t) for t in row) for row in rows]
+
+
+def test_ragged_takes_each_rows_masked_values_in_order():
+    import pyarrow as pa
+
+    values = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    mask = torch.tensor([[0, 1, 1], [0, 0, 0], [1, 1, 1]])
+    assert ragged(values, mask, pa.int32()).to_pylist() == [[2, 3], [], [7, 8, 9]]
+
+
+def test_sample_numbers_count_within_each_run_of_a_data_set_row():
+    assert sample_numbers(np.array([4, 4, 4, 7, 7, 2])).tolist() == [0, 1, 2, 0, 1, 0]
+    assert sample_numbers(np.array([], dtype=np.int64)).tolist() == []
+
+
+def test_padded_left_and_right():
+    ids, mask = padded([[5, 6], [7]], 3, pad=0, left=True)
+    assert ids.tolist() == [[0, 5, 6], [0, 0, 7]] and mask.tolist() == [[0, 1, 1], [0, 0, 1]]
+    ids, mask = padded([[5, 6], []], 3, pad=0, left=False)
+    assert ids.tolist() == [[5, 6, 0], [0, 0, 0]] and mask.tolist() == [[1, 1, 0], [0, 0, 0]]
+    with pytest.raises(ValueError, match="more than the width"):
+        padded([[1, 2, 3, 4]], 3, pad=0, left=False)
+
+
+def chunk_table(scores=(1.0, 0.0)):
+    """Two rows of one prompt: left-padded prompts, right-padded responses, as the agent loop returns them."""
+    prompts = torch.tensor([[9, 1, 2], [9, 1, 2]])
+    prompt_mask = torch.tensor([[0, 1, 1], [0, 1, 1]])
+    responses = torch.tensor([[3, 4, 0], [5, 0, 0]])
+    response_mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    entropy = torch.tensor([[0.5, 0.25, 9.0], [1.5, 9.0, 9.0]])
+    log_prob = -entropy
+    return rows_table(index=np.array([3, 3]), prompts=prompts, prompt_mask=prompt_mask, responses=responses,
+                      response_mask=response_mask, entropy=entropy, log_prob=log_prob, scores=scores,
+                      tokenizer=Chars())
+
+
+def test_rows_table_holds_exactly_the_masked_tokens_and_their_values():
+    rows = chunk_table().to_pylist()
+    assert [r["index"] for r in rows] == [3, 3] and [r["sample"] for r in rows] == [0, 1]
+    assert rows[0]["prompt_ids"] == [1, 2] and rows[0]["prompt"] == "bc"
+    assert rows[0]["response_ids"] == [3, 4] and rows[0]["response"] == "de"
+    assert rows[1]["response_ids"] == [5] and rows[1]["entropy"] == [1.5]
+    assert rows[0]["entropy"] == [0.5, 0.25] and rows[0]["log_prob"] == [-0.5, -0.25]
+    assert [r["score"] for r in rows] == [1.0, 0.0]
+    assert chunk_table(scores=None).column("score").null_count == 2
+    assert chunk_table().column_names == list(COLUMNS)
+
+
+FINGERPRINT = {"mode": "generate", "model": "m", "n": 2}
+
+
+def test_a_part_is_whole_or_absent_and_a_rerun_keeps_the_written_ones(tmp_path):
+    store = SampleStore(tmp_path / "run")
+    run = store.start(dict(FINGERPRINT), {"entropy": {"of": "logits"}})
+    assert run["responses_id"] and not store.has_part(0)
+    (store.samples / ".part-00001.parquet.tmp").write_bytes(b"cut off")  # a write a kill interrupted
+    store.write_part(0, chunk_table())
+    again = SampleStore(tmp_path / "run").start(dict(FINGERPRINT), {"entropy": {"of": "logits"}})
+    assert again["responses_id"] == run["responses_id"]  # the same run: its id is kept
+    assert not list(store.samples.glob(".*.tmp")) and part_numbers(store.out) == [0]
+    assert pq.read_table(store.samples / "part-00000.parquet").to_pylist() == chunk_table().to_pylist()
+    assert [k for k, _ in iter_parts(store.out)] == [0]
+    with pytest.raises(ValueError, match="lacks"):
+        store.write_part(1, chunk_table().drop(["entropy"]))
+
+
+def test_a_rerun_with_other_settings_is_refused_naming_what_differs(tmp_path):
+    SampleStore(tmp_path).start(dict(FINGERPRINT), {})
+    with pytest.raises(GenerationRunError, match=r"n: 2 there, 4 now.*give another --out"):
+        SampleStore(tmp_path).start({**FINGERPRINT, "n": 4}, {})
+
+
+def test_the_checkpoint_is_a_step_folder_or_a_runs_latest(tmp_path):
+    run = tmp_path / "run"
+    for step in (2, 4):
+        (run / f"global_step_{step}" / "actor").mkdir(parents=True)
+    assert resolve_checkpoint(str(run)) == (run / "global_step_4").resolve()  # no pointer: the last step
+    (run / "latest_checkpointed_iteration.txt").write_text("2")
+    assert resolve_checkpoint(str(run)) == (run / "global_step_2").resolve()  # verl's resume pointer
+    assert resolve_checkpoint(str(run / "global_step_4")) == (run / "global_step_4").resolve()
+    with pytest.raises(CheckpointError, match="no verl checkpoint"):
+        resolve_checkpoint(str(tmp_path))
+    (tmp_path / "global_step_1").mkdir()
+    with pytest.raises(CheckpointError, match="no actor/ folder"):
+        resolve_checkpoint(str(tmp_path / "global_step_1"))
+
+
+def test_a_checkpoint_saved_by_another_world_size_is_refused_with_the_fix(tmp_path):
+    from omegaconf import OmegaConf
+
+    step = tmp_path / "global_step_3"
+    (step / "actor").mkdir(parents=True)
+    for rank in range(2):
+        (step / "actor" / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
+    config = OmegaConf.create({"trainer": {"n_gpus_per_node": 8, "nnodes": 1}})
+    with pytest.raises(CheckpointError, match="saved by 2 actor processes.*trainer.n_gpus_per_node=2"):
+        check_checkpoint_world_size(step, config)
+    check_checkpoint_world_size(step, OmegaConf.create({"trainer": {"n_gpus_per_node": 2, "nnodes": 1}}))
+
+
+def test_options_travel_in_the_config():
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({"trainer": {}})
+    options = GenerateOptions(out="/x", n=3, chunk=2, max_rows=5)
+    options.into(config)
+    assert GenerateOptions.from_config(OmegaConf.create(json.loads(json.dumps(OmegaConf.to_container(config))))) \
+        == options
+
+
+def test_progress_line():
+    lines = []
+    progress = Progress("generate", total_rows=40, unit_rows="samples", echo=lambda line, flush: lines.append(line))
+    progress.skip(10)
+    progress.advance(10, 500)
+    assert lines[-1].startswith("[egpo] generate [##########----------] 20/40 samples, ")
+    assert "tok/s" in lines[-1] and lines[-1].endswith(" left")
+    assert duration(3725) == "1h02m" and duration(125) == "2m05s" and duration(4) == "4s"
