@@ -97,8 +97,13 @@ def load_runs(root: Path, left_out: list[str] | None = None) -> dict[str, dict[i
     return dict(runs)
 
 
+# logged at some steps only (validations; the generation after a run, at its last step): the last value at or before
+# a step is the value there
+SPARSE = ("val-", "token/")
+
+
 def at_step(series: Series, metric: str, step: int, window: int) -> float | None:
-    if metric.startswith("val-"):  # logged at validations only: the last one at or before the step
+    if metric.startswith(SPARSE):
         logged = [s for s in series if s <= step and metric in series[s] and math.isfinite(series[s][metric])]
         return series[max(logged)][metric] if logged else None
     values = [series[s][metric] for s in range(step - window + 1, step + 1)
@@ -109,7 +114,7 @@ def at_step(series: Series, metric: str, step: int, window: int) -> float | None
 def logged_steps(seeds: dict[int, Series], metric: str) -> list[int]:
     """The steps a metric is plotted at: every step, or for validation metrics the steps a validation logged it."""
     steps = {s for series in seeds.values() for s in series}
-    if metric.startswith("val-"):
+    if metric.startswith(SPARSE):
         steps = {s for series in seeds.values() for s, values in series.items() if metric in values}
     return sorted(steps)
 
@@ -185,11 +190,35 @@ def metric_titles(runs) -> dict[str, str]:
     """The metrics the report compares, in order: :data:`METRICS` that some run logged, then pass@1 and pass@n."""
     logged = {name for seeds in runs.values() for series in seeds.values() for values in series.values()
               for name in values}
+    from egpo.ablation.generation import TOKEN_METRICS
+
     titles = {metric: title for metric, title in METRICS.items() if metric in logged}
     ks = pass_at_k_metrics(runs)
     for k in sorted({min(ks), max(ks)}) if ks else ():
         titles[ks[k]] = f"pass@{k} (validation)"
+    titles.update({metric: title for metric, title in TOKEN_METRICS.items() if metric in logged})
     return titles
+
+
+def add_token_metrics(root: Path, runs) -> int:
+    """Each finished ablation run's figures from ``egpo.ablation --generate`` (:mod:`egpo.ablation.generation`), as
+    metrics at its last step; returns how many runs had them."""
+    from egpo.ablation.generation import token_metrics
+    from egpo.run_state import DONE, RUN
+
+    added = 0
+    for meta in sorted(root.glob(f"*/{RUN}")):
+        if not (meta.parent / DONE).exists():
+            continue
+        info = json.loads(meta.read_text())
+        series = runs.get(info.get("arm"), {}).get(int(info.get("seed", -1)))
+        if not series:
+            continue
+        found = token_metrics(root, meta.parent)
+        if found:
+            series[max(series)].update(found)
+            added += 1
+    return added
 
 
 def seed_values(seeds: dict[int, Series], metric: str, step: int, window: int) -> list[float]:
@@ -429,6 +458,7 @@ def compared_lines(root: Path, runs) -> list[str]:
 def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo") -> Path:
     left_out: list[str] = []
     runs = load_runs(root, left_out)
+    generated = add_token_metrics(root, runs)
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
     steps = steps or sorted({max(1, last // 2), last})
     kind = "ablation report" if len(runs) > 1 or any(len(seeds) > 1 for seeds in runs.values()) else "report"
@@ -440,6 +470,11 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
         lines += [f"Left out, not finished (`python -m egpo.ablation --status {root}`): {', '.join(sorted(left_out))}.",
                   ""]
     lines += compared_lines(root, runs)
+    if generated:
+        lines += [f"Token figures (`token/*`, `egpo.ablation --generate`) for {generated} run(s): each run's last "
+                  "checkpoint sampled the validation prompts (`<run>/generate`) and read the base model's responses "
+                  "(`<run>/generate_on_base`, against `generate_base`); the tokens themselves: `python -m egpo.analyze "
+                  f"{root / 'generate_base'} {root}/<run>/generate_on_base ... --out DIR`.", ""]
     titles = metric_titles(runs)
     present = list(titles)
     compared = baseline in runs and len(runs) > 1
@@ -452,7 +487,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
         title = titles[metric]
         lines += [f"## {title} (`{metric}`)", ""]
         png = root / f"{metric.replace('/', '_')}.png"
-        if plot(runs, metric, title, png, window):
+        if not metric.startswith("token/") and plot(runs, metric, title, png, window):
             lines += [f"![{title}]({png.name})", ""]
         lines += summary_table(runs, metric, steps, window) + [""]
         if compared:
@@ -460,7 +495,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
                       "Wilcoxon signed-rank p-value, significant below 0.05, and Holm-adjusted over every comparison "
                       "in this report; seeds a paired test would need to see this difference at 80% power):", ""]
             diff_png = root / f"{metric.replace('/', '_')}_diff.png"
-            if plot_differences(runs, metric, title, diff_png, window, baseline):
+            if not metric.startswith("token/") and plot_differences(runs, metric, title, diff_png, window, baseline):
                 lines += [f"![{title}, difference from {baseline}]({diff_png.name})", ""]
             lines += paired_table(found_by_metric[metric], baseline, adjusted[metric]) + [""]
     lines += pass_at_k_section(runs, root, steps[-1])

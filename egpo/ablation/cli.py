@@ -69,6 +69,15 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep", type=int, default=2, help="checkpoints kept per run (the last ones; at least 2)")
     parser.add_argument("--retries", type=int, default=1, help="attempts after a failed one, each from its last "
                                                                "checkpoint")
+    generation = parser.add_argument_group("token by token, after the runs (egpo.ablation.generation)")
+    generation.add_argument("--generate", action="store_true",
+                            help="after every run finished: the base model and each run's last checkpoint sample the "
+                                 "validation prompts, and each checkpoint reads the base model's responses "
+                                 "(python -m egpo.generate); egpo.report compares them by seed")
+    generation.add_argument("--generate-n", type=int, default=None,
+                            help="samples per prompt (default: the recipe's actor_rollout_ref.rollout.n)")
+    generation.add_argument("--generate-rows", type=int, default=None,
+                            help="the validation set's first rows only (default: all)")
     cluster = parser.add_argument_group("on a Ray cluster")
     cluster.add_argument("--ray-address", default=None,
                          help="the cluster's dashboard (http://HEAD:8265): every run is a Ray job")
@@ -92,6 +101,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.ray_address is None and (args.max_parallel or args.runtime_env_json):
         raise SystemExit("--max-parallel and --runtime-env-json are for jobs on a Ray cluster: add "
                          "--ray-address http://HEAD:8265")
+    if args.generate and args.ray_address:
+        raise SystemExit("--generate runs on this machine after the runs: rerun the same command without --ray-address "
+                         "and with --generate on a machine with the recipe's GPUs (finished runs are not rerun)")
     args.arms = expand_arms(args.arms)
     return args
 
@@ -161,4 +173,13 @@ def main(argv: list[str] | None = None) -> None:
     if failed:
         raise SystemExit(f"[ablation] {len(failed)} run(s) failed: {', '.join(failed)}; rerun the same command to "
                          "resume them from their last checkpoints")
+    if args.generate:
+        from egpo.ablation.generation import generation_commands, run_generation
+
+        commands = generation_commands(args.out, runs, args.config_path, args.config_name, list(args.overrides), demo,
+                                       args.generate_n, args.generate_rows)
+        failed = run_generation(commands)
+        if failed:
+            raise SystemExit(f"[ablation] {len(failed)} generation run(s) failed; rerun the same command to finish "
+                             "them")
     print(f"[ablation] all {len(runs)} runs done; report: python -m egpo.report {args.out}")

@@ -1,0 +1,102 @@
+"""``egpo.ablation --generate``: the ablation's question token by token, after its runs finish.
+
+Three kinds of ``python -m egpo.generate`` runs, on the recipe's validation prompts, each skipped once done:
+
+* ``OUT/generate_base``: the recipe's model before training samples every prompt (the common responses);
+* ``OUT/<run>/generate``: the run's last checkpoint samples every prompt (with the run's seed);
+* ``OUT/<run>/generate_on_base``: the base responses teacher-forced through the run's last checkpoint, so that every
+  run's entropy is read on the same tokens (its shift, and the overlap of its top-20% positions with the base's).
+
+``egpo.report`` reads them (:func:`token_metrics`) as per-run figures at the run's last step, paired by seed like
+every other metric.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from egpo.ablation.arms import ARMS, seed_overrides
+from egpo.ablation.attempt import override_value
+from egpo.run_state import CHECKPOINTS
+
+BASE = "generate_base"
+GENERATED = "generate"
+ON_BASE = "generate_on_base"
+DONE = "done.json"
+
+# per-run figures the report compares (name -> title), all at the run's last step
+TOKEN_METRICS = {
+    "token/entropy_mean": "token entropy after training, mean (nats)",
+    "token/entropy_p80": "token entropy after training, 80th percentile (the 80/20 threshold)",
+    "token/frac_below_0.01": "share of tokens below 0.01 nats after training",
+    "token/thought_entropy_mean": "thought token entropy after training, mean (nats)",
+    "token/base_tokens_entropy_shift": "entropy shift on the base model's tokens (trained - base, nats)",
+    "token/top20_overlap_with_base": "top-20% entropy positions kept from the base model (of the base's; 0.2 by chance)",
+}
+
+
+def generation_commands(out: Path, runs: list[Path], config_path: str, config_name: str, overrides: list[str],
+                        demo: Path | None, n: int | None, max_rows: int | None,
+                        python: str = sys.executable) -> list[list[str]]:
+    """The generation commands still to run, in order (the base's first: the others score its responses)."""
+    import json
+
+    common = [python, "-m", "egpo.generate", f"--config-path={Path(config_path).resolve()}",
+              f"--config-name={config_name}", *([f"egpo_demo.out={override_value(demo)}"] if demo else []),
+              *overrides, *(["--n", str(n)] if n else []), *(["--max-rows", str(max_rows)] if max_rows else [])]
+    commands = []
+    if not (out / BASE / DONE).exists():
+        commands.append([*common, "--out", str(out / BASE)])
+    for work in runs:
+        info = json.loads((work / "run.json").read_text())
+        arm, seed = info["arm"], int(info["seed"])
+        own = [*common, *ARMS[arm], *seed_overrides(seed), "--checkpoint", str(work / CHECKPOINTS)]
+        if not (work / GENERATED / DONE).exists():
+            commands.append([*own, "--out", str(work / GENERATED)])
+        if not (work / ON_BASE / DONE).exists():
+            commands.append([*own, "--score", str(out / BASE), "--out", str(work / ON_BASE)])
+    return commands
+
+
+def run_generation(commands: list[list[str]]) -> list[str]:
+    """Runs each command (its output to its folder's ``generate.log``); returns the folders that failed."""
+    failed = []
+    for i, command in enumerate(commands, 1):
+        target = Path(command[command.index("--out") + 1])
+        target.mkdir(parents=True, exist_ok=True)
+        print(f"[ablation] generate {i}/{len(commands)}: {target}", flush=True)
+        with open(target / "generate.log", "a") as log:
+            status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+        if status:
+            print(f"[ablation] generate FAILED (rc {status}): {target}; its log: {target / 'generate.log'}",
+                  flush=True)
+            failed.append(str(target))
+    return failed
+
+
+def token_metrics(root: Path, work: Path) -> dict[str, float]:
+    """A finished run's figures from its generation folders (none where they are missing)."""
+    import numpy as np
+
+    from egpo.analyze.stats import top20_overlap
+    from egpo.analyze.tokens import aligned_order, load_run
+
+    found: dict[str, float] = {}
+    if (work / GENERATED / DONE).exists():
+        own = load_run(work / GENERATED)
+        if len(own.entropy):
+            found["token/entropy_mean"] = float(own.entropy.mean())
+            found["token/entropy_p80"] = float(np.percentile(own.entropy, 80))
+            found["token/frac_below_0.01"] = float((own.entropy < 0.01).mean())
+            if own.thought is not None and own.thought.any():
+                found["token/thought_entropy_mean"] = float(own.entropy[own.thought].mean())
+    if (work / ON_BASE / DONE).exists() and (root / BASE / DONE).exists():
+        base, scored = load_run(root / BASE), load_run(work / ON_BASE)
+        if len(base.entropy):
+            keys = lambda run: run.index * (1 << 20) + run.sample  # noqa: E731
+            shift = scored.entropy[aligned_order(scored, keys(scored))] - base.entropy[aligned_order(base, keys(base))]
+            found["token/base_tokens_entropy_shift"] = float(shift.mean())
+            found["token/top20_overlap_with_base"] = top20_overlap(base, scored)["overlap"]
+    return found

@@ -1,0 +1,78 @@
+"""``egpo.ablation --generate`` and the report's token figures: the commands it runs, and the figures paired by seed
+against numpy over the parquet rows."""
+
+import json
+
+import numpy as np
+import pytest
+
+from egpo.ablation.arms import ARMS, seed_overrides
+from egpo.ablation.generation import BASE, GENERATED, ON_BASE, generation_commands, token_metrics
+from egpo.report import write_report
+from generation_rows import random_rows, write_run
+
+
+def ablation_run(root, arm, seed, last_step=3):
+    work = root / f"{arm}__seed{seed}"
+    work.mkdir(parents=True)
+    (work / "run.json").write_text(json.dumps({"arm": arm, "seed": seed}))
+    (work / "done.json").write_text("{}")
+    (work / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.1 * s}}) + "\n"
+                                                for s in range(1, last_step + 1)))
+    return work
+
+
+def test_the_commands_start_with_the_base_and_skip_what_is_done(tmp_path):
+    runs = [ablation_run(tmp_path, "grpo", 0), ablation_run(tmp_path, "egpo_rollout", 1)]
+    commands = generation_commands(tmp_path, runs, "recipes", "cpu_warm", ["x.y=1"], tmp_path / "demo", 4, None,
+                                   python="PY")
+    assert len(commands) == 5 and commands[0][-2:] == ["--out", str(tmp_path / BASE)]
+    assert commands[0][:3] == ["PY", "-m", "egpo.generate"] and "--checkpoint" not in commands[0]
+    own, scored = commands[3], commands[4]
+    assert own[-2:] == ["--out", str(runs[1] / GENERATED)]
+    assert own[own.index("--checkpoint") + 1] == str(runs[1] / "checkpoints")
+    assert all(o in own for o in (*ARMS["egpo_rollout"], *seed_overrides(1), "x.y=1", "--n", "4"))
+    assert scored[scored.index("--score") + 1] == str(tmp_path / BASE) and scored[-1] == str(runs[1] / ON_BASE)
+    for done in (tmp_path / BASE, runs[0] / GENERATED, runs[0] / ON_BASE):
+        done.mkdir(parents=True)
+        (done / "done.json").write_text("{}")
+    left = generation_commands(tmp_path, runs, "recipes", "cpu_warm", [], None, None, None)
+    assert [c[c.index("--out") + 1] for c in left] == [str(runs[1] / GENERATED), str(runs[1] / ON_BASE)]
+
+
+def flat(rows):
+    return np.concatenate([np.asarray(r["entropy"], dtype=np.float32).astype(np.float64) for r in rows])
+
+
+def test_the_report_pairs_the_token_figures_by_seed(tmp_path):
+    base_rows = random_rows(0)
+    write_run(tmp_path / BASE, base_rows, responses_id="base")
+    rng = np.random.default_rng(1)
+    expected = {}
+    for arm, scale in (("grpo", 1.0), ("egpo_rollout", 1.3)):
+        for seed in range(3):
+            work = ablation_run(tmp_path, arm, seed)
+            own = random_rows(10 + seed + (100 if arm != "grpo" else 0))
+            own = [{**r, "entropy": [h * scale for h in r["entropy"]]} for r in own]
+            write_run(work / GENERATED, own)
+            on_base = [{**r, "entropy": [h * scale + float(rng.normal(0, 0.05)) for h in r["entropy"]]}
+                       for r in base_rows]
+            write_run(work / ON_BASE, on_base[::-1], responses_id="base")
+            figures = token_metrics(tmp_path, work)
+            entropy, base, scored = flat(own), flat(base_rows), flat(on_base)
+            assert figures["token/entropy_mean"] == pytest.approx(entropy.mean(), abs=1e-9)
+            assert figures["token/entropy_p80"] == pytest.approx(np.percentile(entropy, 80), abs=1e-9)
+            assert figures["token/frac_below_0.01"] == pytest.approx((entropy < 0.01).mean())
+            assert figures["token/base_tokens_entropy_shift"] == pytest.approx((scored - base).mean(), abs=1e-6)
+            top_base, top_scored = base >= np.percentile(base, 80), scored >= np.percentile(scored, 80)
+            assert figures["token/top20_overlap_with_base"] == pytest.approx((top_base & top_scored).sum()
+                                                                             / top_base.sum())
+            expected[arm, seed] = figures
+    report = write_report(tmp_path, steps=[3], window=1).read_text()
+    assert "Token figures (`token/*`, `egpo.ablation --generate`) for 6 run(s)" in report
+    assert "## token entropy after training, mean (nats) (`token/entropy_mean`)" in report
+    diffs = [expected["egpo_rollout", s]["token/entropy_mean"] - expected["grpo", s]["token/entropy_mean"]
+             for s in range(3)]
+    assert f"| egpo_rollout | 3 | 3 | {np.mean(diffs):.4g} |" in report  # the paired mean difference, by seed
+    rows = (tmp_path / "report.csv").read_text()
+    assert "token/top20_overlap_with_base,3,egpo_rollout,grpo,3," in rows
