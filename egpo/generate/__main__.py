@@ -20,22 +20,10 @@ import argparse
 import sys
 from pathlib import Path
 
-# what a generation run sets in the training config: the rollout-entropy path of a training run (egpo's agent-loop
-# manager, the engine's entropy required, log probs returned), read over every response token, no loggers
-GENERATION_OVERRIDES = (
-    "algorithm.adv_estimator=egpo",
-    "algorithm.entropy_source=rollout",
-    "algorithm.egpo_span=response",
-    "algorithm.egpo_token_selection=all",
-    "actor_rollout_ref.rollout.calculate_log_probs=true",
-    "trainer.logger=[console]",
-    "trainer.val_before_train=false",
-)
-
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m egpo.generate", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                                     allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m egpo.generate", allow_abbrev=False,
+                                     description=" ".join(__doc__.split("\n\n")[2].split()))
     parser.add_argument("--config-path", default=None, help="a recipe folder (default: egpo's own configs)")
     parser.add_argument("--config-name", default="egpo_trainer")
     parser.add_argument("--out", required=True, type=Path, help="the run's folder (created; a rerun finishes it)")

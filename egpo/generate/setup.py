@@ -4,12 +4,23 @@ with egpo's generation runner."""
 
 from __future__ import annotations
 
-
 from omegaconf import OmegaConf, open_dict
 
 from egpo.errors import EgpoConfigError
 from egpo.generate.options import GenerateOptions, check_checkpoint_world_size, resolve_checkpoint
 from egpo.generate.store import SampleStore, read_run
+
+# what a generation run sets in the training config: the rollout-entropy path of a training run (egpo's agent-loop
+# manager, the engine's entropy required, log probs returned), read over every response token, no loggers
+GENERATION_OVERRIDES = (
+    "algorithm.adv_estimator=egpo",
+    "algorithm.entropy_source=rollout",
+    "algorithm.egpo_span=response",
+    "algorithm.egpo_token_selection=all",
+    "actor_rollout_ref.rollout.calculate_log_probs=true",
+    "trainer.logger=[console]",
+    "trainer.val_before_train=false",
+)
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -18,9 +29,8 @@ def _positive(name: str, value: int | None) -> None:
 
 
 def generation_config(args):
-    """The recipe plus the user's overrides plus :data:`egpo.generate.__main__.GENERATION_OVERRIDES`, completed and
+    """The recipe plus the user's overrides plus :data:`GENERATION_OVERRIDES`, completed and
     checked by egpo.main's own pass (:func:`egpo.preflight.prepare.prepare_config`)."""
-    from egpo.generate.__main__ import GENERATION_OVERRIDES
     from egpo.preflight.__main__ import compose
     from egpo.preflight.prepare import prepare_config
 
