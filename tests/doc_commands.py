@@ -146,7 +146,8 @@ def check_main(args: list[str]) -> None:
 
 
 # where each egpo command's parser() lives
-PARSER_MODULES = {"egpo.preflight": "egpo.preflight.__main__", "egpo.ablation": "egpo.ablation.cli"}
+PARSER_MODULES = {"egpo.preflight": "egpo.preflight.__main__", "egpo.ablation": "egpo.ablation.cli",
+                  "egpo.generate": "egpo.generate.__main__", "egpo.analyze": "egpo.analyze.__main__"}
 
 
 def command_parser(module: str):
@@ -182,8 +183,20 @@ def check_ablation(args: list[str]) -> None:
     compose_checked(_path(parsed.config_path), parsed.config_name, list(parsed.overrides))
 
 
+def check_generate(args: list[str]) -> None:
+    from egpo.generate.__main__ import parser
+
+    try:
+        parsed = parser().parse_intermixed_args(args)
+    except SystemExit as err:
+        raise AssertionError(f"python -m egpo.generate refuses these arguments (exit {err.code})") from None
+    compose_checked(parsed.config_path and _path(parsed.config_path), parsed.config_name, list(parsed.overrides))
+
+
 EGPO_MODULES = {
     "egpo.main": check_main,
+    "egpo.generate": check_generate,
+    "egpo.analyze": lambda args: check_argparse("egpo.analyze", args),
     "egpo.preflight": check_preflight,
     "egpo.ablation": check_ablation,
     "egpo.report": lambda args: check_argparse("egpo.report", args),
