@@ -75,13 +75,12 @@ def rollout_and_rows(rows: int, response_length: int) -> None:
         width = max(lengths)
         from egpo.generate.rows import padded
 
-        responses, mask = padded([o.token_ids for o in out], width, 0, left=False)
-        entropy, _ = padded([[0] * len(o.token_ids) for o in out], width, 0, left=False)
-        entropy = entropy.float()
+        responses, mask = padded([t for o in out for t in o.token_ids], lengths, width, 0, left=False)
+        entropy = torch.zeros(mask.shape)
         entropy[mask.bool()] = torch.tensor([h for o in out for h in o.entropy])
         log_prob = torch.zeros_like(entropy)
         log_prob[mask.bool()] = torch.tensor([p for o in out for p in o.log_probs])
-        prompt_ids, prompt_mask = padded(prompts, 24, 0, left=True)
+        prompt_ids, prompt_mask = padded([t for p in prompts for t in p], [24] * rows, 24, 0, left=True)
         tensors = {"index": np.repeat(np.arange(rows // 8 + 1), 8)[:rows], "prompts": prompt_ids,
                    "prompt_mask": prompt_mask, "responses": responses, "response_mask": mask, "entropy": entropy,
                    "log_prob": log_prob, "scores": [0.0] * rows}

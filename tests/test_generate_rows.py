@@ -11,7 +11,7 @@ import torch
 from egpo.generate.options import (CheckpointError, GenerateOptions, check_checkpoint_world_size,
                                    resolve_checkpoint)
 from egpo.generate.progress import Progress, duration
-from egpo.generate.rows import padded, ragged, rows_table, sample_numbers
+from egpo.generate.rows import arrow_lists, padded, ragged, rows_table, sample_numbers
 from egpo.generate.store import COLUMNS, GenerationRunError, SampleStore, iter_parts, part_numbers
 
 
@@ -36,12 +36,19 @@ def test_sample_numbers_count_within_each_run_of_a_data_set_row():
 
 
 def test_padded_left_and_right():
-    ids, mask = padded([[5, 6], [7]], 3, pad=0, left=True)
+    ids, mask = padded([5, 6, 7], [2, 1], 3, pad=0, left=True)
     assert ids.tolist() == [[0, 5, 6], [0, 0, 7]] and mask.tolist() == [[0, 1, 1], [0, 0, 1]]
-    ids, mask = padded([[5, 6], []], 3, pad=0, left=False)
-    assert ids.tolist() == [[5, 6, 0], [0, 0, 0]] and mask.tolist() == [[1, 1, 0], [0, 0, 0]]
+    ids, mask = padded(np.array([5, 6]), np.array([2, 0]), 3, pad=-1, left=False)
+    assert ids.tolist() == [[5, 6, -1], [-1, -1, -1]] and mask.tolist() == [[1, 1, 0], [0, 0, 0]]
     with pytest.raises(ValueError, match="more than the width"):
-        padded([[1, 2, 3, 4]], 3, pad=0, left=False)
+        padded([1, 2, 3, 4], [4], 3, pad=0, left=False)
+
+
+def test_arrow_lists_give_the_values_in_order_and_each_rows_length():
+    import pyarrow as pa
+
+    values, lengths = arrow_lists(pa.chunked_array([pa.array([[1, 2], []]), pa.array([[3]])]))
+    assert values.tolist() == [1, 2, 3] and lengths.tolist() == [2, 0, 1]
 
 
 def chunk_table(scores=(1.0, 0.0)):

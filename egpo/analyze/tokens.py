@@ -13,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from egpo.generate.rows import arrow_lists, padded
 from egpo.generate.store import iter_parts, read_run
 
 PAD = -1  # never a token id: padding is never a thinking marker
+READ = ["index", "sample", "prompt_ids", "response_ids", "entropy", "log_prob", "score"]  # not the texts
 
 
 @dataclass
@@ -62,33 +64,16 @@ class RunTokens:
         return out
 
 
-def _flat(column):
-    """A pyarrow list column -> (values, offsets) as numpy."""
-    array = column.combine_chunks()
-    return array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy()
-
-
-def _padded(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    lengths = np.diff(offsets)
-    width = max(1, int(lengths.max(initial=0)))
-    out = np.full((len(lengths), width), PAD, dtype=np.int64)
-    out[np.arange(width)[None, :] < lengths[:, None]] = values
-    return out
-
-
 def _thought_mask(prompt_ids, response_ids, start_id: int, end_id: int) -> np.ndarray:
-    import torch
-
     from egpo.advantage.cot import compute_cot_mask, prompt_ends_inside_think
 
-    prompt_values, prompt_offsets = _flat(prompt_ids)
-    values, offsets = _flat(response_ids)
-    prompts = torch.from_numpy(_padded(prompt_values, prompt_offsets))
-    responses = torch.from_numpy(_padded(values, offsets))
-    mask = responses != PAD
-    inside = compute_cot_mask(responses, mask.long(), start_id, end_id,
+    prompt_values, prompt_lengths = arrow_lists(prompt_ids)
+    values, lengths = arrow_lists(response_ids)
+    prompts, _ = padded(prompt_values, prompt_lengths, max(1, int(prompt_lengths.max(initial=0))), PAD, left=True)
+    responses, mask = padded(values, lengths, max(1, int(lengths.max(initial=0))), PAD, left=False)
+    inside = compute_cot_mask(responses, mask, start_id, end_id,
                               starts_inside=prompt_ends_inside_think(prompts, start_id, end_id))
-    return inside[mask].numpy()  # row-major: the flat order of the tokens
+    return inside[mask.bool()].numpy()  # row-major: the flat order of the tokens
 
 
 def load_run(path: Path, name: str | None = None) -> RunTokens:
@@ -98,16 +83,16 @@ def load_run(path: Path, name: str | None = None) -> RunTokens:
     has_markers = start_id is not None and end_id is not None
     parts = {key: [] for key in ("entropy", "log_prob", "token_id", "lengths", "index", "sample", "score",
                                  "thought")}
-    for _, table in iter_parts(path):
-        entropy, offsets = _flat(table.column("entropy"))
-        ids, id_offsets = _flat(table.column("response_ids"))
-        log_prob, _ = _flat(table.column("log_prob"))
-        if not np.array_equal(offsets, id_offsets):
+    for _, table in iter_parts(path, columns=READ):
+        entropy, lengths = arrow_lists(table.column("entropy"))
+        ids, id_lengths = arrow_lists(table.column("response_ids"))
+        log_prob, _ = arrow_lists(table.column("log_prob"))
+        if not np.array_equal(lengths, id_lengths):
             raise ValueError(f"{path}: a row's entropy and response_ids differ in length")
         parts["entropy"].append(entropy.astype(np.float64))
         parts["log_prob"].append(log_prob.astype(np.float64))
         parts["token_id"].append(ids.astype(np.int64))
-        parts["lengths"].append(np.diff(offsets))
+        parts["lengths"].append(lengths)
         parts["index"].append(table.column("index").to_numpy())
         parts["sample"].append(table.column("sample").to_numpy())
         parts["score"].append(table.column("score").to_numpy(zero_copy_only=False).astype(np.float64))

@@ -61,14 +61,20 @@ def rows_table(*, index: np.ndarray, prompts: torch.Tensor, prompt_mask: torch.T
     return pa.table({name: columns[name] for name in COLUMNS})
 
 
-def padded(lists: list[list[int]], width: int, pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists -> ``(ids, mask)`` of ``(rows, width)``, left- or right-padded."""
-    ids = torch.full((len(lists), width), pad, dtype=torch.long)
-    lengths = torch.tensor([len(x) for x in lists], dtype=torch.long)
-    if (lengths > width).any():
+def arrow_lists(column) -> tuple[np.ndarray, np.ndarray]:
+    """A pyarrow list column -> (all values in order, each row's length), as numpy."""
+    array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    return array.values.to_numpy(zero_copy_only=False), np.diff(array.offsets.to_numpy())
+
+
+def padded(values, lengths, width: int, pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows given as their values one after the other and their lengths -> ``(ids, mask)`` of ``(rows, width)``,
+    left- or right-padded with ``pad``."""
+    lengths = torch.as_tensor(np.asarray(lengths), dtype=torch.long)
+    if len(lengths) and int(lengths.max()) > width:
         raise ValueError(f"a row has {int(lengths.max())} tokens, more than the width {width}")
     cols = torch.arange(width)
     mask = (cols >= width - lengths[:, None]) if left else (cols < lengths[:, None])
-    flat = torch.tensor([t for x in lists for t in x], dtype=torch.long)
-    ids[mask] = flat
+    ids = torch.full((len(lengths), width), pad, dtype=torch.long)
+    ids[mask] = torch.as_tensor(np.asarray(values), dtype=torch.long)
     return ids, mask.long()

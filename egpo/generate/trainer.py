@@ -28,7 +28,7 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from egpo.errors import EntropyError
 from egpo.generate.options import GenerateOptions
 from egpo.generate.progress import Progress
-from egpo.generate.rows import padded, rows_table
+from egpo.generate.rows import arrow_lists, padded, rows_table
 from egpo.generate.store import SampleStore, iter_parts
 from egpo.keys import ROLLOUT_ENTROPY
 from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
@@ -113,11 +113,11 @@ class GenerationTrainer(EgpoRayPPOTrainer):
             if store.has_part(k):
                 progress.skip(table.num_rows)
                 continue
-            prompt_lists = table.column("prompt_ids").to_pylist()
-            response_lists = table.column("response_ids").to_pylist()
-            prompts, prompt_mask = padded(prompt_lists, max(map(len, prompt_lists)), pad_id, left=True)
-            responses, response_mask = padded(response_lists, max(1, max(map(len, response_lists))), pad_id,
-                                              left=False)
+            prompt_ids, prompt_lengths = arrow_lists(table.column("prompt_ids"))
+            response_ids, response_lengths = arrow_lists(table.column("response_ids"))
+            prompts, prompt_mask = padded(prompt_ids, prompt_lengths, int(prompt_lengths.max()), pad_id, left=True)
+            responses, response_mask = padded(response_ids, response_lengths, max(1, int(response_lengths.max())),
+                                              pad_id, left=False)
             attention = torch.cat([prompt_mask, response_mask], dim=1)
             batch = DataProto.from_dict(tensors={
                 "prompts": prompts, "responses": responses, "response_mask": response_mask,
