@@ -90,6 +90,7 @@ def test_a_part_is_whole_or_absent_and_a_rerun_keeps_the_written_ones(tmp_path):
     assert not list(store.samples.glob(".*.tmp")) and part_numbers(store.out) == [0]
     assert pq.read_table(store.samples / "part-00000.parquet").to_pylist() == chunk_table().to_pylist()
     assert [k for k, _ in iter_parts(store.out)] == [0]
+    assert store.response_tokens() == 3
     with pytest.raises(ValueError, match="lacks"):
         store.write_part(1, chunk_table().drop(["entropy"]))
 

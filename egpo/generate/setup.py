@@ -47,6 +47,10 @@ def generation_config(args):
         config.trainer.resume_mode = "resume_path" if checkpoint else "disable"
         config.trainer.resume_from_path = str(checkpoint) if checkpoint else None
         config.trainer.del_local_ckpt_after_load = False
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False):
+        raise EgpoConfigError("egpo.generate writes single-turn responses (a multi-turn loop's tool tokens are not the "
+                              "model's samples, and --score would read its turns without them): set "
+                              "actor_rollout_ref.rollout.multi_turn.enable=false")
     config = prepare_config(config, preflight=False)
     return config, checkpoint
 

@@ -91,6 +91,13 @@ class SampleStore:
             os.fsync(f.fileno())
         os.replace(tmp, final)
 
+    def response_tokens(self) -> int:
+        """The response tokens of every written part."""
+        import pyarrow.compute as pc
+
+        return sum(int(pc.sum(pc.list_value_length(table.column("response_ids"))).as_py() or 0)
+                   for _, table in iter_parts(self.out, columns=["response_ids"]))
+
     def finish(self, summary: dict) -> None:
         (self.out / DONE).write_text(json.dumps(summary, indent=1))
 

@@ -46,15 +46,15 @@ class GenerationTrainer(EgpoRayPPOTrainer):
         self._load_checkpoint()  # trainer.resume_mode / resume_from_path: set by egpo.generate from --checkpoint
         started = time.monotonic()
         if options.mode == "score":
-            rows, tokens = self._score(options, store)
+            rows = self._score(options, store)
         else:
             self.checkpoint_manager.update_weights(self.global_steps)  # the rollout samples from this model
-            rows, tokens = self._generate(options, store)
-        store.finish({"rows": rows, "tokens": tokens, "global_steps": self.global_steps,
+            rows = self._generate(options, store)
+        store.finish({"rows": rows, "tokens": store.response_tokens(), "global_steps": self.global_steps,
                       "seconds_last_attempt": round(time.monotonic() - started, 1)})
 
     # ------------------------------------------------------------------ generate
-    def _generate(self, options: GenerateOptions, store: SampleStore) -> tuple[int, int]:
+    def _generate(self, options: GenerateOptions, store: SampleStore) -> int:
         from verl.utils.dataset.rl_dataset import collate_fn
 
         dataset = self.val_dataset if options.split == "val" else self.train_dataset
@@ -91,10 +91,10 @@ class GenerationTrainer(EgpoRayPPOTrainer):
                 scores=scores, tokenizer=self.tokenizer))
             progress.advance(len(out), int(mask.sum()))
         progress.close()
-        return total * options.n, progress.tokens
+        return total * options.n
 
     # ------------------------------------------------------------------ score
-    def _score(self, options: GenerateOptions, store: SampleStore) -> tuple[int, int]:
+    def _score(self, options: GenerateOptions, store: SampleStore) -> int:
         from egpo.generate.store import read_done
 
         source_rows = int(read_done(options.source).get("rows", 0)) or None
@@ -108,7 +108,7 @@ class GenerationTrainer(EgpoRayPPOTrainer):
         temperature = float(rollout.temperature)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         rows = 0
-        for k, table in iter_parts(options.source):
+        for k, table in iter_parts(options.source, columns=["index", "sample", "prompt_ids", "response_ids", "score"]):
             rows += table.num_rows
             if store.has_part(k):
                 progress.skip(table.num_rows)
@@ -135,4 +135,4 @@ class GenerationTrainer(EgpoRayPPOTrainer):
                 tokenizer=self.tokenizer))
             progress.advance(table.num_rows, int(response_mask.sum()))
         progress.close()
-        return rows, progress.tokens
+        return rows
