@@ -203,3 +203,19 @@ def test_the_page_opens_in_a_headless_browser_with_a_coloured_span_per_token(tmp
     shown = [(i, s) for run, i, s in spans.rows if run == "a"]
     assert shown == [(i, s) for run, i, s in spans.rows if run == "b"] and len(shown) == 4
     assert "<img" in dom.stdout
+
+
+def test_raw_and_temperature_scaled_entropy_are_one_distribution_at_temperature_one_only(tmp_path):
+    from egpo.analyze.stats import entropy_distribution
+
+    raw = {"of": "logits", "temperature": 1.0, "top_k": 0}
+    scaled = {"of": "logits / temperature (the actor's recompute, teacher-forced)", "temperature": 1.0, "top_k": 0}
+    assert entropy_distribution(raw) == entropy_distribution(scaled)
+    assert entropy_distribution({**raw, "temperature": 0.7}) == entropy_distribution(raw)  # raw logits either way
+    assert entropy_distribution({**scaled, "temperature": 0.7}) != entropy_distribution({**raw, "temperature": 0.7})
+    rows = random_rows(9)
+    a = write_run(tmp_path / "a", rows, responses_id="same", entropy_of=raw)
+    b = write_run(tmp_path / "b", rows, responses_id="same", entropy_of={**scaled, "temperature": 0.7})
+    comparison = analyze([a, b], tmp_path / "r", min_count=3, resamples=5)["comparisons"][0]
+    assert comparison["same_entropy_definition"] is False
+    assert "of different distributions" in (tmp_path / "r" / "analysis.md").read_text()

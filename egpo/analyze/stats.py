@@ -162,6 +162,15 @@ def compare(a: RunTokens, b: RunTokens, *, resamples: int, seed: int, min_count:
               "shift": percentile_shift(a, b, paired, resamples, seed),
               "token_moves": token_moves(a, b, min_count, top, decode),
               "top20_overlap": top20_overlap(a, b) if paired else None}
-    same = a.run.get("entropy") == b.run.get("entropy")
-    result["same_entropy_definition"] = same
+    result["same_entropy_definition"] = entropy_distribution(a.run.get("entropy")) == \
+        entropy_distribution(b.run.get("entropy"))
     return result
+
+
+def entropy_distribution(definition: dict | None) -> tuple | None:
+    """Which distribution a run's entropy is of: (top-k, the temperature its logits were divided by); raw logits and
+    ``logits / temperature`` at temperature 1 are the same."""
+    if not definition:
+        return None
+    scaled = "temperature" in str(definition.get("of", ""))
+    return int(definition.get("top_k", 0)), float(definition.get("temperature", 1.0)) if scaled else 1.0
