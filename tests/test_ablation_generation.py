@@ -76,3 +76,13 @@ def test_the_report_pairs_the_token_figures_by_seed(tmp_path):
     assert f"| egpo_rollout | 3 | 3 | {np.mean(diffs):.4g} |" in report  # the paired mean difference, by seed
     rows = (tmp_path / "report.csv").read_text()
     assert "token/top20_overlap_with_base,3,egpo_rollout,grpo,3," in rows
+
+
+def test_generate_on_a_cluster_is_refused_with_the_command_that_does_it():
+    from egpo.ablation.cli import parse
+
+    with pytest.raises(SystemExit, match="without --ray-address and with --generate"):
+        parse(["--config-path", "recipes", "--config-name", "cpu_warm", "--out", "x", "--generate",
+               "--ray-address", "http://head:8265"])
+    assert parse(["--config-path", "recipes", "--config-name", "cpu_warm", "--out", "x", "--generate",
+                  "--generate-n", "4"]).generate_n == 4
