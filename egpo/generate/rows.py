@@ -76,5 +76,5 @@ def padded(values, lengths, width: int, pad: int, left: bool) -> tuple[torch.Ten
     cols = torch.arange(width)
     mask = (cols >= width - lengths[:, None]) if left else (cols < lengths[:, None])
     ids = torch.full((len(lengths), width), pad, dtype=torch.long)
-    ids[mask] = torch.as_tensor(np.asarray(values), dtype=torch.long)
+    ids[mask] = torch.from_numpy(np.array(values, dtype=np.int64))  # a copy: arrow buffers are read-only
     return ids, mask.long()
