@@ -31,10 +31,9 @@ def write_plots(out: Path, runs: list[RunTokens], analysis: dict) -> list[str]:
     edges = np.linspace(0, top, 61)
     fig, ax = plt.subplots(figsize=(7, 4))
     for run, summary in zip(runs, analysis["runs"]):
-        ax.hist(run.entropy, bins=edges, histtype="step", density=True, label=run.name)
-        if summary["percentiles"]["80"] is not None:
-            ax.axvline(summary["percentiles"]["80"], linestyle=":", color=ax.lines[-1].get_color()
-                       if ax.lines else None)
+        _, _, patches = ax.hist(run.entropy, bins=edges, histtype="step", density=True, label=run.name)
+        if summary["percentiles"]["80"] is not None:  # in the run's own colour
+            ax.axvline(summary["percentiles"]["80"], linestyle=":", color=patches[0].get_edgecolor())
     ax.set_yscale("log")
     ax.set(xlabel="token entropy (nats)", ylabel="density (log)", title="Token entropy (dotted: 80th percentile)")
     ax.legend()
