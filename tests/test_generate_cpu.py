@@ -3,7 +3,8 @@
 The generated entropy and log probabilities equal a float64 recompute of the model's logits; ``--score`` of a run by
 its own model reproduces them on the same tokens; a run killed mid-way (SIGKILL to it and everything it started)
 finishes on the same command with each row once and the rows of an uninterrupted run; a checkpoint's weights are the
-ones sampled from. About 50 s per command on 2 cores.
+ones sampled from. About 40 s per command on 2 cores; the whole chain runs on verl 0.7.1, the resume, the checkpoint
+and the scoring on verl 0.9.1.
 """
 
 import json
@@ -68,6 +69,8 @@ def hf_model(path, state=None):
     return model
 
 
+@pytest.mark.skipif(VERL == "0.9.1", reason="on verl 0.9.1 the resume test below generates (checked in float64) and "
+                    "scores on that stack's workers: this whole chain runs on verl 0.7.1")
 def test_generate_score_and_analyze(tmp_path, demo):
     out, scored = tmp_path / "base", tmp_path / "base_scored"
     proc = generate(tmp_path, demo, "--out", out, "--max-rows", 4, "--n", 2, "--chunk", 2)
@@ -120,7 +123,8 @@ def test_generate_score_and_analyze(tmp_path, demo):
 
 @pytest.mark.skipif(VERL == "0.7.1", reason="the resume and checkpoint logic is egpo's and verl's loader, the same "
                     "on both stacks: this slow test runs on verl 0.9.1 (beside the ablation run it reads)")
-def test_a_killed_run_finishes_to_the_uninterrupted_rows_from_a_checkpoint(tmp_path, demo, uninterrupted_run):
+def test_a_killed_run_finishes_to_the_uninterrupted_rows_from_a_checkpoint_and_scores_them(tmp_path, demo,
+                                                                                           uninterrupted_run):
     from ablation_runs import STEPS, weights
 
     args = ("--checkpoint", uninterrupted_run / "checkpoints", "--max-rows", 8, "--n", 4, "--chunk", 2)
@@ -159,3 +163,12 @@ def test_a_killed_run_finishes_to_the_uninterrupted_rows_from_a_checkpoint(tmp_p
     assert max_abs_diff(ours.entropy, entropy) <= 1e-4
     base_entropy, _ = float64_recompute(hf_model(demo / "model"), ours)
     assert max_abs_diff(ours.entropy, base_entropy) > 1e-3
+
+    # the same checkpoint teacher-forced over the rows it sampled (verl 0.9.1's recompute, whole micro-batches)
+    scored = generate(tmp_path, demo, "--score", tmp_path / "whole", "--out", tmp_path / "scored",
+                      "--checkpoint", uninterrupted_run / "checkpoints")
+    assert scored.returncode == 0, scored.stdout[-3000:] + scored.stderr[-3000:]
+    again = rows(tmp_path / "scored")
+    assert [list(r) for r in again.response_ids] == [list(r) for r in theirs.response_ids]
+    assert max_abs_diff(again.entropy, theirs.entropy) <= 1e-4
+    assert max_abs_diff(again.log_prob, theirs.log_prob) <= 1e-4
