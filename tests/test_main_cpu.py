@@ -61,6 +61,8 @@ def test_rollout_entropy_in_bypass_mode(tmp_path, demo):
     assert all("timing_s/old_log_prob" not in m for m in steps.values())  # no recompute at all
 
 
+@pytest.mark.skipif(VERL == "0.7.1", reason="the response span and the tokenizer check are egpo's, the same on both "
+                    "stacks (unit-tested on both: tests/test_trainer_config.py): this run of them runs on verl 0.9.1")
 def test_response_span_on_a_model_without_thinking_markers(tmp_path, demo):
     """egpo_span=response trains a model whose tokenizer has no <think> (refused for egpo_span=cot): the bonus
     reads every response token, the metrics say so, and no CoT figure is made up."""
