@@ -15,25 +15,16 @@ from egpo.analyze.stats import PERCENTILES, percentile_shift, top20_overlap
 from egpo.analyze.tokens import load_run
 
 from generation_rows import END, START, random_rows, write_run
+from reference import cot_mask_ref
 
 
 def thought_reference(prompt_ids, response_ids):
-    """Per response token: inside <think> ... </think>, by walking the prompt's tokens and then the response's (the
-    markers never inside; the response starts where the prompt left off, as the trainer's advantage reads it)."""
+    """Per response token: inside <think> ... </think>; the response starts where the prompt's last marker left it
+    (as the trainer's advantage reads it), then the spec's state machine (tests/reference.py)."""
     inside = False
     for t in prompt_ids:
         inside = True if t == START else False if t == END else inside
-    marks = []
-    for t in response_ids:
-        if t == START:
-            inside = True
-            marks.append(False)
-        elif t == END:
-            inside = False
-            marks.append(False)
-        else:
-            marks.append(inside)
-    return marks
+    return cot_mask_ref(list(response_ids), [1] * len(response_ids), START, END, starts_inside=inside)
 
 
 def frame(out):
