@@ -95,8 +95,8 @@ def token_metrics(root: Path, work: Path) -> dict[str, float]:
     if (work / ON_BASE / DONE).exists() and (root / BASE / DONE).exists():
         base, scored = load_run(root / BASE), load_run(work / ON_BASE)
         if len(base.entropy):
-            keys = lambda run: run.index * (1 << 20) + run.sample  # noqa: E731
-            shift = scored.entropy[aligned_order(scored, keys(scored))] - base.entropy[aligned_order(base, keys(base))]
+            shift = (scored.entropy[aligned_order(scored, scored.row_keys())]
+                     - base.entropy[aligned_order(base, base.row_keys())])
             found["token/base_tokens_entropy_shift"] = float(shift.mean())
             found["token/top20_overlap_with_base"] = top20_overlap(base, scored)["overlap"]
     return found

@@ -101,7 +101,7 @@ def percentile_shift(a: RunTokens, b: RunTokens, paired: bool, resamples: int, s
     mean_point = b.entropy.mean() - a.entropy.mean()
     rng = np.random.default_rng(seed)
     if paired:  # the same responses: one resample of response keys for both runs
-        keys_a, keys_b = a.index * (1 << 20) + a.sample, b.index * (1 << 20) + b.sample
+        keys_a, keys_b = a.row_keys(), b.row_keys()
         b_rows_by_key = np.argsort(keys_b, kind="stable")
         a_to_b = b_rows_by_key[np.searchsorted(keys_b[b_rows_by_key], keys_a)]
     shifts, mean_shifts = [], []
@@ -142,7 +142,7 @@ def token_moves(a: RunTokens, b: RunTokens, min_count: int, top: int, decode) ->
 def top20_overlap(a: RunTokens, b: RunTokens) -> dict:
     """Two runs on the same responses: of ``a``'s top-20% entropy positions (at or above its 80th percentile), the
     share that are in ``b``'s top 20% too (0.2 expected by chance)."""
-    keys_a, keys_b = a.index * (1 << 20) + a.sample, b.index * (1 << 20) + b.sample
+    keys_a, keys_b = a.row_keys(), b.row_keys()
     if not np.array_equal(np.sort(keys_a), np.sort(keys_b)):
         raise ValueError(f"{a.name} and {b.name} do not hold the same responses (their index/sample rows differ)")
     order_a, order_b = aligned_order(a, keys_a), aligned_order(b, keys_b)

@@ -40,6 +40,10 @@ class RunTokens:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def row_keys(self) -> np.ndarray:
+        """(R,) one integer per row, the same for the same (index, sample) in any run: how two runs' rows pair."""
+        return self.index * (1 << 20) + self.sample
+
     @property
     def rows(self) -> int:
         return len(self.index)
