@@ -473,8 +473,9 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     if generated:
         lines += [f"Token figures (`token/*`, `egpo.ablation --generate`) for {generated} run(s): each run's last "
                   "checkpoint sampled the validation prompts (`<run>/generate`) and read the base model's responses "
-                  "(`<run>/generate_on_base`, against `generate_base`); the tokens themselves: `python -m egpo.analyze "
-                  f"{root / 'generate_base'} {root}/<run>/generate_on_base ... --out DIR`.", ""]
+                  "(`<run>/generate_on_base`, against the base model's own reading of them, `generate_base_scored`); "
+                  "the tokens themselves: `python -m egpo.analyze "
+                  f"{root / 'generate_base_scored'} {root}/<run>/generate_on_base ... --out DIR`.", ""]
     titles = metric_titles(runs)
     present = list(titles)
     compared = baseline in runs and len(runs) > 1

@@ -31,6 +31,7 @@ DONE = "done.json"
 FAILED = "failed.json"
 RUN = "run.json"
 JOB = "job.json"  # the Ray job running the run's attempt, when the ablation dispatches to a cluster
+NODES = "nodes.json"  # in the checkpoint folder: the nodes of the attempt's placement groups (its GPU workers)
 
 
 def checkpoint_pointer(directory: Path) -> int:
@@ -118,7 +119,16 @@ def begin_attempt(work: Path) -> tuple[int, Path]:
     kept = [s for s in logged_steps(work) if s["step"] <= resume]
     _write_steps(work / METRICS_FILE, kept)
     (work / ATTEMPT_METRICS).unlink(missing_ok=True)
+    (work / CHECKPOINTS / NODES).unlink(missing_ok=True)  # the attempt records its own
     return resume, work / ATTEMPT_METRICS
+
+
+def run_nodes(work: Path) -> list[str]:
+    """The nodes the run's attempt placed its workers on (``nodes.json``; empty: not placed yet, or not recorded)."""
+    try:
+        return list(json.loads((work / CHECKPOINTS / NODES).read_text()).get("nodes", []))
+    except (OSError, ValueError):
+        return []
 
 
 def continue_metrics(work: Path, resume: int) -> None:

@@ -368,12 +368,23 @@ def test_repeated_fast_failures_stop_the_dispatch_naming_the_host(tmp_path):
     submissions; the dispatch stops after 3 in a row, names the host, and leaves the rest to a rerun."""
     names = [f"r{i}__seed0" for i in range(6)]
     works = runs(tmp_path, names)
-    for work in works:
-        (work / FAILED).write_text(json.dumps({"returncode": 1, "host": "gpu-node-7"}))
+    for work in works:  # the attempt ran on the head (a job's entrypoint); its GPU workers on gpu-node-7
+        (work / FAILED).write_text(json.dumps({"returncode": 1, "host": "head-0",
+                                               "nodes": ["gpu-node-7 (10.0.0.7)"]}))
     client = ScriptedJobs({n: [["RUNNING", "FAILED"]] * 2 for n in names})
-    with pytest.raises(SystemExit, match=r"3 attempts in a row failed before logging a step .* on gpu-node-7") as err:
+    with pytest.raises(SystemExit, match=r"3 attempts in a row failed before logging a step .* on gpu-node-7 "
+                                         r"\(10\.0\.0\.7\)") as err:
         dispatch(client, max_parallel=1, retries=1).run(works)
     assert len(client.submitted) == 3 and "run(s) not started" in str(err.value)
+    assert "head-0" not in str(err.value)
+
+
+def test_a_failure_before_any_worker_was_placed_names_the_driver_as_such(tmp_path):
+    from egpo.ablation.cluster import failed_host
+
+    work = runs(tmp_path, ["a__seed0"])[0]
+    (work / FAILED).write_text(json.dumps({"returncode": 1, "host": "head-0", "nodes": []}))
+    assert failed_host(work) == "driver head-0, before any GPU worker was placed"
 
 
 def test_a_failure_after_progress_is_no_fast_failure(tmp_path):
@@ -423,6 +434,95 @@ def test_a_stalled_attempt_is_stopped_and_recorded(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert time.time() - start < 30 and proc.returncode == 1, out
     failed = json.loads((work / FAILED).read_text())
-    assert failed["ended"].startswith("stalled: no step logged for") and failed["returncode"] == -signal.SIGKILL
+    assert failed["ended"].startswith("stalled: nothing logged for") and failed["returncode"] == -signal.SIGKILL
     assert failed["host"] == socket.gethostname()
-    assert "stalled: no step logged" in (work / "log.txt").read_text()
+    assert "stalled: nothing logged" in (work / "log.txt").read_text()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000.0
+
+    def __call__(self):
+        return self.now
+
+
+def log_line(path: Path, step: int, training: bool) -> None:
+    data = {"timing_s/step": 1.0, "actor/pg_loss": 0.1} if training else {"val-core/score": 0.3}
+    with path.open("a") as f:
+        f.write(json.dumps({"step": step, "data": data}) + "\n")
+
+
+def test_the_first_training_step_after_a_long_validation_is_not_taken_for_a_stall(tmp_path, monkeypatch):
+    """verl validates before training and logs step 0 without training metrics: that line is no training step. An 8B
+    run's first step after it, at 1.5x the stall timeout, is not stopped (the first training step has twice the
+    allowance, and at least twice the validation's time); after it, the watch is as strict as before."""
+    from egpo.ablation import attempt
+
+    clock = Clock()
+    monkeypatch.setattr(attempt.time, "time", clock)
+    metrics = tmp_path / "metrics.attempt.jsonl"
+    watch = attempt.Watch(metrics, None, 1800)
+    clock.now += 3000  # model load and the validation before training
+    log_line(metrics, 0, training=False)
+    assert watch.check() is None and watch.steps == 0
+    clock.now += 1.5 * 1800  # step 1 of a slow run
+    assert watch.check() is None
+    log_line(metrics, 1, training=True)
+    assert watch.check() is None and watch.steps == 1
+    clock.now += 1801  # the second step hangs: stalled after max(1800, 5 x 0) s
+    assert watch.check().startswith("stalled: nothing logged for 1801 s")
+    # before the first training step: twice the validation's time where it is longer than the stall timeout
+    clock.now = 0.0
+    watch = attempt.Watch(tmp_path / "other.jsonl", None, 600)
+    clock.now = 2000.0
+    log_line(tmp_path / "other.jsonl", 0, training=False)
+    watch.check()
+    clock.now += 3999
+    assert watch.check() is None
+    clock.now += 2
+    assert "no training step yet" in watch.check()
+
+
+def test_a_line_being_written_waits_for_its_end(tmp_path, monkeypatch):
+    from egpo.ablation import attempt
+
+    metrics = tmp_path / "m.jsonl"
+    watch = attempt.Watch(metrics, None, 60)
+    line = json.dumps({"step": 1, "data": {"timing_s/step": 2.0}})
+    metrics.write_text(line[:10])
+    watch.check()
+    assert watch.steps == 0
+    with metrics.open("a") as f:
+        f.write(line[10:] + "\n")
+    watch.check()
+    assert watch.steps == 1
+
+
+def test_the_stall_allowance_follows_the_recipes_response_length():
+    from hydra import compose, initialize_config_dir
+
+    from egpo.ablation.attempt import default_stall_timeout
+
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        assert default_stall_timeout(compose(config_name="qwen3_8b")) == 7200  # 16K responses
+        assert default_stall_timeout(compose(config_name="cpu_smoke")) == 1800
+
+
+def test_a_stalled_attempt_that_logged_no_step_is_no_fast_failure(tmp_path):
+    """Three attempts stopped as stalled before their first step (a slow first step, not a bad node) are resubmitted
+    and never halt the dispatch; three that failed on their own do."""
+    names = [f"r{i}__seed0" for i in range(3)]
+
+    class Stalling(ScriptedJobs):
+        def get_job_status(self, sid):
+            state = super().get_job_status(sid)
+            work = self.jobs[sid]["work"]
+            if work is not None and state == "FAILED":
+                (work / FAILED).write_text(json.dumps({"returncode": -9, "host": "gpu-node-1",
+                                                       "ended": "stalled: nothing logged for 7300 s"}))
+            return state
+
+    client = Stalling({n: [["RUNNING", "FAILED"], ["RUNNING", "SUCCEEDED"]] for n in names})
+    assert dispatch(client, max_parallel=1, retries=1).run(runs(tmp_path, names)) == []
+    assert len(client.submitted) == 6

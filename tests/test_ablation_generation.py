@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from egpo.ablation.arms import ARMS, seed_overrides
-from egpo.ablation.generation import BASE, GENERATED, ON_BASE, generation_commands, token_metrics
+from egpo.ablation.generation import BASE, BASE_SCORED, GENERATED, ON_BASE, generation_commands, token_metrics
 from egpo.report import write_report
 from generation_rows import random_rows, write_run
 
@@ -26,14 +26,18 @@ def test_the_commands_start_with_the_base_and_skip_what_is_done(tmp_path):
     runs = [ablation_run(tmp_path, "grpo", 0), ablation_run(tmp_path, "egpo_rollout", 1)]
     commands = generation_commands(tmp_path, runs, "recipes", "cpu_warm", ["x.y=1"], tmp_path / "demo", 4, None,
                                    python="PY")
-    assert len(commands) == 5 and commands[0][-2:] == ["--out", str(tmp_path / BASE)]
+    assert len(commands) == 6 and commands[0][-2:] == ["--out", str(tmp_path / BASE)]
     assert commands[0][:3] == ["PY", "-m", "egpo.generate"] and "--checkpoint" not in commands[0]
-    own, scored = commands[3], commands[4]
+    # the base reads its own responses through the actor's recompute, as each checkpoint does
+    base_scored = commands[1]
+    assert base_scored[-2:] == ["--out", str(tmp_path / BASE_SCORED)] and "--checkpoint" not in base_scored
+    assert base_scored[base_scored.index("--score") + 1] == str(tmp_path / BASE)
+    own, scored = commands[4], commands[5]
     assert own[-2:] == ["--out", str(runs[1] / GENERATED)]
     assert own[own.index("--checkpoint") + 1] == str(runs[1] / "checkpoints")
     assert all(o in own for o in (*ARMS["egpo_rollout"], *seed_overrides(1), "x.y=1", "--n", "4"))
     assert scored[scored.index("--score") + 1] == str(tmp_path / BASE) and scored[-1] == str(runs[1] / ON_BASE)
-    for done in (tmp_path / BASE, runs[0] / GENERATED, runs[0] / ON_BASE):
+    for done in (tmp_path / BASE, tmp_path / BASE_SCORED, runs[0] / GENERATED, runs[0] / ON_BASE):
         done.mkdir(parents=True)
         (done / "done.json").write_text("{}")
     left = generation_commands(tmp_path, runs, "recipes", "cpu_warm", [], None, None, None)
@@ -46,7 +50,10 @@ def flat(rows):
 
 def test_the_report_pairs_the_token_figures_by_seed(tmp_path):
     base_rows = random_rows(0)
-    write_run(tmp_path / BASE, base_rows, responses_id="base")
+    # the engine's entropy of the base's samples is never a side of the comparison: only the recompute is
+    write_run(tmp_path / BASE, [{**r, "entropy": [h + 0.3 for h in r["entropy"]]} for r in base_rows],
+              responses_id="base")
+    write_run(tmp_path / BASE_SCORED, base_rows[::-1], responses_id="base")
     rng = np.random.default_rng(1)
     expected = {}
     for arm, scale in (("grpo", 1.0), ("egpo_rollout", 1.3)):
@@ -76,6 +83,20 @@ def test_the_report_pairs_the_token_figures_by_seed(tmp_path):
     assert f"| egpo_rollout | 3 | 3 | {np.mean(diffs):.4g} |" in report  # the paired mean difference, by seed
     rows = (tmp_path / "report.csv").read_text()
     assert "token/top20_overlap_with_base,3,egpo_rollout,grpo,3," in rows
+
+
+def test_an_unchanged_model_shows_no_shift_and_full_overlap_whatever_the_engine_said(tmp_path):
+    """A checkpoint that is the base model reads the base's responses exactly as the base's own recompute does: shift
+    0 and overlap 1, though the engine's entropy of those samples (generate_base) differs from the recompute."""
+    base_rows = random_rows(3)
+    engine = [{**r, "entropy": [h * 1.1 + 0.02 for h in r["entropy"]]} for r in base_rows]
+    write_run(tmp_path / BASE, engine, responses_id="base")
+    write_run(tmp_path / BASE_SCORED, base_rows, responses_id="base")
+    work = ablation_run(tmp_path, "grpo", 0)
+    write_run(work / ON_BASE, base_rows[::-1], responses_id="base")
+    figures = token_metrics(tmp_path, work)
+    assert figures["token/base_tokens_entropy_shift"] == 0.0
+    assert figures["token/top20_overlap_with_base"] == 1.0
 
 
 def test_generate_on_a_cluster_is_refused_with_the_command_that_does_it():

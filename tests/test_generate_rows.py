@@ -147,3 +147,25 @@ def test_progress_line():
     assert lines[-1].startswith("[egpo] generate [##########----------] 20/40 samples, ")
     assert "tok/s" in lines[-1] and lines[-1].endswith(" left")
     assert duration(3725) == "1h02m" and duration(125) == "2m05s" and duration(4) == "4s"
+
+
+def test_a_score_run_of_a_bypass_arm_prepares_the_fp32_entropy_it_reads(tmp_path, demo):
+    """--score reads the actor's recompute. An ablation arm in bypass mode (which skips that recompute in training)
+    passes its overrides to the score run: the run is not bypassed, so egpo's fp32 chunked entropy is on and verl's
+    compile of it off, as for any run that reads the actor's entropy."""
+    from argparse import Namespace
+
+    from test_recipes import RECIPES
+
+    from egpo.ablation.arms import ARMS
+    from egpo.generate.setup import generation_config
+    from egpo.trainer.actor_entropy import actor_entropy_keys, compiles_chunked_entropy
+
+    chunked = ["actor_rollout_ref.model.use_remove_padding=true",
+               "actor_rollout_ref.actor.entropy_from_logits_with_chunking=true"]
+    args = Namespace(config_path=str(RECIPES), config_name="cpu_smoke", out=tmp_path / "scored", checkpoint=None,
+                     overrides=[f"egpo_demo.out={demo}", *ARMS["egpo_rollout_bypass"], *chunked])
+    config, _ = generation_config(args)
+    assert config.algorithm.rollout_correction.bypass_mode is False
+    assert actor_entropy_keys(config).chunked == "actor_rollout_ref.actor.entropy_from_logits_with_chunking"
+    assert compiles_chunked_entropy(config) == []  # verl's compile of the chunked entropy (on by default) turned off

@@ -6,12 +6,14 @@ real placement group are the ones egpo reads."""
 from __future__ import annotations
 
 import asyncio
+import json
 from types import SimpleNamespace
 
 import pytest
 import ray
 
-from egpo.trainer.placement import pool_node_ids, run_nodes_only
+from egpo.run_state import NODES as NODES_FILE
+from egpo.trainer.placement import placing_on_run_nodes, pool_node_ids, record_run_nodes, run_nodes_only
 
 OWN, FOREIGN, DEAD = "a1" * 28, "b2" * 28, "c3" * 28  # Ray's node ids: 56 hex digits
 NODES = [{"NodeID": OWN, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}},
@@ -66,7 +68,7 @@ def test_verls_workers_land_only_on_the_runs_nodes(placement, monkeypatch):
         assert set(placement()) == {OWN, FOREIGN}
 
 
-def test_the_run_nodes_are_those_of_its_placement_groups():
+def test_the_run_nodes_are_those_of_its_placement_groups(tmp_path):
     from ray.util.placement_group import placement_group, remove_placement_group
 
     created = not ray.is_initialized()
@@ -81,6 +83,12 @@ def test_the_run_nodes_are_those_of_its_placement_groups():
         assert pool_node_ids(manager) == {this_node}
         with run_nodes_only(lambda: pool_node_ids(manager)):
             assert [n["NodeID"] for n in ray.nodes()] == [this_node]
+        # what a failed attempt names: the nodes of the run's placement groups, as Ray lists them
+        record_run_nodes(SimpleNamespace(trainer=SimpleNamespace(default_local_dir=str(tmp_path))),
+                         pool_node_ids(manager))
+        node = next(n for n in ray.nodes() if n["NodeID"] == this_node)
+        assert json.loads((tmp_path / NODES_FILE).read_text())["nodes"] == [
+            f"{node['NodeManagerHostname']} ({node['NodeManagerAddress']})"]
         remove_placement_group(group)
     finally:
         if created:
@@ -138,3 +146,20 @@ def test_the_task_runner_is_created_on_its_drivers_node(monkeypatch):
     runner.options(runtime_env={"nsight": {}}).remote()
     assert [(c["scheduling_strategy"].node_id, c["scheduling_strategy"].soft) for c in calls] == [(OWN, True)] * 2
     assert calls[1]["runtime_env"] == {"nsight": {}}
+
+
+def test_a_second_pools_placement_groups_sort_against_every_node(monkeypatch):
+    """verl sorts a resource pool's placement groups by the address ray.nodes() gives their node, before the pool
+    holds them. While a run places its workers, a second pool (a reward model's) created on a node the first pool does
+    not use must still find its node there: verl's own sort does not raise, while verl's placing methods still see
+    only the run's nodes."""
+    from verl.single_controller.ray import base
+
+    monkeypatch.setattr(ray, "nodes", lambda: [{**n, "NodeManagerAddress": f"10.0.0.{i}"} for i, n in enumerate(NODES)])
+    tables = {"pg-own": {"bundles_to_node_id": {0: OWN}}, "pg-reward": {"bundles_to_node_id": {0: FOREIGN}}}
+    monkeypatch.setattr(base.ray._private.state.state, "placement_group_table", lambda pg_id: tables[pg_id])
+    reward_pool_groups = [SimpleNamespace(id="pg-reward")]
+    with placing_on_run_nodes(lambda: {OWN}):  # the first pool's groups exist: the run's nodes are known
+        assert base.sort_placement_group_by_node_ip(reward_pool_groups) == reward_pool_groups
+        assert set(agent_loop_placement()) == {OWN} and set(reward_loop_placement()) == {OWN}
+    assert set(agent_loop_placement()) == {OWN, FOREIGN}  # outside: verl's own round-robin over every node

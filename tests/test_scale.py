@@ -103,7 +103,7 @@ def test_an_ablation_that_cannot_hold_its_checkpoints_is_refused(monkeypatch, tm
     assert per == 12 * 8_190_735_360  # Qwen3-8B's embedding is not tied
     finding = ablation_disk_finding(cfg, 12, 2, tmp_path)
     assert finding.level == "error"
-    assert f"{per / 1e9:,.1f} GB per checkpoint x 3 kept x 12 runs = {per * 36 / 1e9:,.1f} GB" in finding.text
+    assert f"{per / 1e9:,.1f} GB per checkpoint x 3 at the peak x 12 runs = {per * 36 / 1e9:,.1f} GB" in finding.text
     assert "keep fewer" not in finding.text  # --keep 2 is the fewest a run may keep: no such fix is offered
     free_disk(monkeypatch, 10_000)
     assert ablation_disk_finding(cfg, 12, 2, tmp_path).level == "fact"
@@ -119,11 +119,66 @@ def test_a_runs_disk_fix_works_when_applied(monkeypatch, tmp_path):
     free_disk(monkeypatch, 150)
     out = f"trainer.default_local_dir={tmp_path}"
     finding = scale.run_checkpoint_finding(recipe("qwen3_4b", out), model_shape(recipe("qwen3_4b")), 200)
-    assert finding.level == "error" and "x 4 kept" in finding.text
+    assert finding.level == "error" and "x 4 at the peak" in finding.text
     fix = re.search(r"keep fewer: (\S+)", finding.text).group(1)
     assert fix == "trainer.max_actor_ckpt_to_keep=3"
     fixed = recipe("qwen3_4b", out, fix)
     assert scale.run_checkpoint_finding(fixed, model_shape(fixed), 200).level != "error"
+
+
+def verl_rotation_peak(keep: int, saves: int, root: Path) -> int:
+    """The most checkpoint folders on disk at once when verl's own CheckpointManager rotates ``saves`` saves with
+    ``max_ckpt_to_keep=keep`` (its capacity check before each save, the folder written, then its registration)."""
+    from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+
+    manager = BaseCheckpointManager.__new__(BaseCheckpointManager)  # the rotation needs no model, only its list
+    manager.previous_saved_paths, manager.rank = [], 0
+    peak = 0
+    for step in range(1, saves + 1):
+        manager.ensure_checkpoint_capacity(keep)
+        path = root / f"global_step_{step}"
+        path.mkdir(parents=True)
+        peak = max(peak, sum(1 for _ in root.glob("global_step_*")))
+        manager.register_checkpoint(str(path), keep)
+    return peak
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3, 4])
+def test_the_checkpoint_peak_is_verls_own_rotation(keep, tmp_path):
+    assert scale.peak_checkpoints(keep) == verl_rotation_peak(keep, 6, tmp_path)
+
+
+def test_keep_one_is_counted_at_its_two_checkpoint_peak_and_never_offered(monkeypatch, tmp_path):
+    """qwen3_4b on 72 GB free: one 49.8 GB checkpoint fits, two do not. keep=1 holds two while the next is written, so
+    it is refused, and no keep is offered (none fits); on 120 GB keep=2 is the fix, and it passes."""
+    out = f"trainer.default_local_dir={tmp_path}"
+    free_disk(monkeypatch, 72)
+    shape = model_shape(recipe("qwen3_4b"))
+    finding = scale.run_checkpoint_finding(recipe("qwen3_4b", out), shape, 200)
+    assert finding.level == "error" and "keep fewer" not in finding.text, finding.text
+    one = scale.run_checkpoint_finding(recipe("qwen3_4b", out, "trainer.max_actor_ckpt_to_keep=1"), shape, 200)
+    assert one.level == "error" and "x 2 at the peak" in one.text and "holds 2 while the next is written" in one.text
+    free_disk(monkeypatch, 120)
+    fix = re.search(r"keep fewer: (\S+)", scale.run_checkpoint_finding(recipe("qwen3_4b", out), shape, 200).text)
+    assert fix.group(1) == "trainer.max_actor_ckpt_to_keep=2"
+    assert scale.run_checkpoint_finding(recipe("qwen3_4b", out, fix.group(1)), shape, 200).level != "error"
+
+
+def test_a_resumed_main_jobs_leftover_checkpoints_are_counted(monkeypatch, tmp_path):
+    """A main job resumed in its run directory finds the earlier attempt's checkpoints, which verl's rotation never
+    removes: the disk line names them and their size on disk; a fresh run (no resume pointer) names none."""
+    free_disk(monkeypatch, 2_000)
+    for step in (50, 100):
+        (tmp_path / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (tmp_path / f"global_step_{step}" / "actor" / "model.pt").write_bytes(b"x" * 3_000_000)
+    shape = model_shape(recipe("qwen3_4b"))
+    fresh = scale.run_checkpoint_finding(recipe("qwen3_4b", f"trainer.default_local_dir={tmp_path}"), shape, 200)
+    assert "attempt it resumes" not in fresh.text
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100")
+    resumed = scale.run_checkpoint_finding(recipe("qwen3_4b", f"trainer.default_local_dir={tmp_path}"), shape, 200)
+    assert "2 checkpoint(s) of the attempt it resumes, 6.0 MB, stay beside them" in resumed.text, resumed.text
+    off = recipe("qwen3_4b", f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=disable")
+    assert "attempt it resumes" not in scale.run_checkpoint_finding(off, shape, 200).text
 
 
 def test_the_update_entropy_warning_and_its_fix(monkeypatch):
@@ -144,6 +199,7 @@ def test_the_update_entropy_warning_and_its_fix(monkeypatch):
 DOC_BLOCKS = [(name, ()) for name in QWEN3] + [
     ("qwen3_4b", ("algorithm.entropy_source=rollout", "algorithm.egpo_token_selection=top_entropy")),
     ("qwen3_4b", ("actor_rollout_ref.actor.entropy_coeff=0.001",)),
+    ("qwen3_4b", ("trainer.max_actor_ckpt_to_keep=1",)),
 ]
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
-from egpo.run_state import ATTEMPT_METRICS, CHECKPOINTS, RUN, begin_attempt, end_attempt, record_attempt
+from egpo.run_state import ATTEMPT_METRICS, CHECKPOINTS, RUN, begin_attempt, end_attempt, record_attempt, run_nodes
 
 LOG = "log.txt"
 
@@ -107,33 +107,74 @@ class Ended(Exception):
 
 
 STALL_FACTOR = 5  # a run is stalled after this many times its slowest step (at least spec["stall_timeout"])
+TRAINING_STEP_KEY = "timing_s/step"  # in a training step's logged line (verl's timing); a validation-only line has none
+STALL_BASE_S = 1800  # the stall allowance of a recipe whose responses are up to STALL_BASE_TOKENS long
+STALL_BASE_TOKENS = 4096
+
+
+def default_stall_timeout(config) -> int:
+    """The seconds without a logged step after which an attempt counts as stalled, from the recipe: 30 minutes for
+    responses up to 4K tokens, in proportion beyond (2 hours at 16K): a step's longest response sets its time."""
+    response = int(config.data.get("max_response_length", STALL_BASE_TOKENS) or STALL_BASE_TOKENS)
+    return int(STALL_BASE_S * max(1.0, response / STALL_BASE_TOKENS))
 
 
 class Watch:
-    """When an attempt must end although its training runs on: after ``timeout`` seconds in all, or when no step was
-    logged for ``max(stall_timeout, STALL_FACTOR x its slowest step so far)`` (twice that before its first step,
-    which loads the model and warms up). A step is seen as the attempt's metrics file growing."""
+    """When an attempt must end although its training runs on: after ``timeout`` seconds in all, or when nothing was
+    logged for the step's allowance. A training step is a logged line with verl's step timing (the validation before
+    training logs a line at step 0 without it). Before the first training step the allowance is twice
+    ``stall_timeout``, and at least twice the validation's time where one was logged (model load, then a whole
+    validation's generations: the first step's generations and update take the same order of time); after it,
+    ``max(stall_timeout, STALL_FACTOR x the slowest training step so far)``."""
 
     def __init__(self, metrics: Path, timeout: float | None, stall_timeout: float | None):
         self.metrics, self.timeout, self.stall_timeout = metrics, timeout, stall_timeout
         self.start = self.last = time.time()
-        self.size, self.slowest, self.steps = 0, 0.0, 0
+        self.offset, self.slowest, self.steps, self.validation = 0, 0.0, 0, 0.0
+        self.partial = b""
+
+    def _new_lines(self) -> list[dict]:
+        """The lines logged since the last look (a line still being written waits for its end)."""
+        try:
+            with open(self.metrics, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        *complete, self.partial = (self.partial + data).split(b"\n")
+        lines = []
+        for raw in complete:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(line, dict):
+                lines.append(line)
+        return lines
 
     def check(self) -> str | None:
         """Why the attempt must end now (None: it goes on)."""
         now = time.time()
-        size = self.metrics.stat().st_size if self.metrics.exists() else 0
-        if size > self.size:
-            if self.steps:
-                self.slowest = max(self.slowest, now - self.last)
-            self.size, self.last, self.steps = size, now, self.steps + 1
+        for line in self._new_lines():
+            if TRAINING_STEP_KEY in (line.get("data") or {}):
+                if self.steps:
+                    self.slowest = max(self.slowest, now - self.last)
+                self.steps += 1
+            elif not self.steps:
+                self.validation = max(self.validation, now - self.start)
+            self.last = now
         if self.timeout and now - self.start > self.timeout:
             return f"stopped after its timeout of {self.timeout:g} s"
         if self.stall_timeout:
-            allowed = max(self.stall_timeout, STALL_FACTOR * self.slowest) * (1 if self.steps else 2)
+            if self.steps:
+                allowed = max(self.stall_timeout, STALL_FACTOR * self.slowest)
+            else:
+                allowed = 2 * max(self.stall_timeout, self.validation)
             if now - self.last > allowed:
-                what = f"no step logged for {now - self.last:.0f} s" + (
-                    f" (its slowest step took {self.slowest:.0f} s)" if self.slowest else " (none yet)")
+                what = f"nothing logged for {now - self.last:.0f} s (allowed {allowed:.0f} s" + (
+                    f"; its slowest training step took {self.slowest:.0f} s)" if self.slowest else
+                    "; no training step yet)")
                 return f"stalled: {what}; stopped, to be resumed from its last checkpoint"
         return None
 
@@ -150,8 +191,9 @@ def wait(proc: subprocess.Popen, watch: Watch, every: float = 1.0) -> int:
 
 
 def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
-    """One attempt, from the run's last checkpoint; returns ``{"returncode", "seconds", "resumed_from", "host"}``
-    (and ``"ended"``: why its watch stopped it, where it did).
+    """One attempt, from the run's last checkpoint; returns ``{"returncode", "seconds", "resumed_from", "host",
+    "nodes"}`` (``host``: where the attempt ran, the head on a cluster; ``nodes``: where the run placed its GPU
+    workers, empty where it failed before placing them), and ``"ended"``: why its watch stopped it, where it did.
 
     ``own_session``: the training gets a process session of its own, and stopping the attempt (its timeout, a stall,
     Ctrl-C) kills that session, with every process the training started (a local Ray's among them). A Ray job's
@@ -169,7 +211,7 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
 
     def result(returncode: int, **extra) -> dict:
         return {"returncode": returncode, "seconds": round(time.time() - start, 1), "resumed_from": resume,
-                "host": host, **extra}
+                "host": host, "nodes": run_nodes(work), **extra}
 
     with open(work / LOG, "a") as log:
         log.write(f"[ablation] attempt from step {resume} on {host}\n")

@@ -23,6 +23,7 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> Non
     ``--out`` (errors stop the ablation before the first run)."""
     from egpo.preflight.__main__ import compose
     from egpo.preflight.__main__ import run as run_preflight
+    from egpo.preflight.findings import TAGS
     from egpo.preflight.scale import ablation_disk_finding
 
     for arm in args.arms:
@@ -35,6 +36,13 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> Non
         if status:
             raise SystemExit(f"[ablation] the preflight of arm {arm} found errors; nothing was started:\n" +
                              "\n".join(lines))
+        warned = [line for line in lines if line.startswith(TAGS["warning"])]
+        for line in warned:
+            print(f"[ablation] arm {arm}: {line}", flush=True)
+        if warned:
+            print(f"[ablation] arm {arm} runs as configured all the same, each of its runs: to follow a fix above, "
+                  "add it to the ablation's overrides (it then applies to every arm) or leave the arm out of --arms",
+                  flush=True)
     pending = sum(not (args.out / run_name(arm, seed) / DONE).exists() for seed in args.seeds for arm in args.arms)
     if demo:
         config = compose(args.config_path, args.config_name,
@@ -61,9 +69,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--timeout", type=int, default=0, help="seconds per attempt of a run (default: none)")
-    parser.add_argument("--stall-timeout", type=int, default=1800,
-                        help="an attempt with no step logged for this long, or 5x its slowest step if longer (twice "
-                             "that before its first step), is stopped as stalled and resumed (0: never)")
+    parser.add_argument("--stall-timeout", type=int, default=None,
+                        help="an attempt that logs nothing for this long, or 5x its slowest training step if longer "
+                             "(before its first training step: twice this, and at least twice the validation's time), "
+                             "is stopped as stalled and resumed (0: never; default: 1800 s for responses up to 4K "
+                             "tokens, in proportion beyond: 7200 s at 16K)")
     parser.add_argument("--save-every", type=int, default=0,
                         help="checkpoint every N steps (default: a tenth of --steps, at least 1)")
     parser.add_argument("--keep", type=int, default=2, help="checkpoints kept per run (the last ones; at least 2)")
@@ -142,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
         demo = build(args.out / "demo", seed=int(config.egpo_demo.get("seed", 0)),
                      warm=bool(config.egpo_demo.get("warm", False))).resolve()
     preflight(args, demo, dispatch or (), config)
+    if args.stall_timeout is None:
+        from egpo.ablation.attempt import default_stall_timeout
+
+        args.stall_timeout = default_stall_timeout(config)
     python = args.job_python if client else sys.executable
     runs = []
     for seed in args.seeds:

@@ -318,7 +318,9 @@ class JobDispatch:
             return
         if state == "FAILED":
             self.failures[work] = self.failures.get(work, 0) + 1
-            if last_step(work) <= self.steps_at_submit.get(work, 0):
+            if last_step(work) <= self.steps_at_submit.get(work, 0) and not stalled(work):
+                # no step logged: a bad node or a start-up error every run meets. An attempt its watch stopped as
+                # stalled ran (slowly) on a node that works: it is resumed, and counts towards no halt
                 self.fast_failures.append((work.name, failed_host(work)))
             else:
                 self.fast_failures.clear()
@@ -362,9 +364,21 @@ def last_step(work: Path) -> int:
     return steps[-1]["step"] if steps else 0
 
 
-def failed_host(work: Path) -> str:
-    """The host of the run's last failed attempt (``failed.json``), or ''."""
+def stalled(work: Path) -> bool:
+    """Whether the run's last failed attempt was stopped by its watch as stalled (``failed.json``)."""
     try:
-        return json.loads((work / FAILED).read_text()).get("host", "")
+        return str(json.loads((work / FAILED).read_text()).get("ended", "")).startswith("stalled")
+    except (OSError, ValueError):
+        return False
+
+
+def failed_host(work: Path) -> str:
+    """Where the run's last failed attempt ran (``failed.json``): the nodes it placed its GPU workers on, or, where it
+    failed before placing them, the host of its driver (the head, on a cluster) said as such; or ''."""
+    try:
+        failed = json.loads((work / FAILED).read_text())
     except (OSError, ValueError):
         return ""
+    if failed.get("nodes"):
+        return " + ".join(failed["nodes"])
+    return f"driver {failed['host']}, before any GPU worker was placed" if failed.get("host") else ""

@@ -4,8 +4,12 @@ Three kinds of ``python -m egpo.generate`` runs, on the recipe's validation prom
 
 * ``OUT/generate_base``: the recipe's model before training samples every prompt (the common responses);
 * ``OUT/<run>/generate``: the run's last checkpoint samples every prompt (with the run's seed);
+* ``OUT/generate_base_scored``: the base responses teacher-forced through the base model itself (the actor's
+  recompute, as the checkpoints read them: the engine's entropy of the base's samples differs from a recompute by the
+  engine-vs-FSDP mismatch, so the base side of every comparison is a recompute too);
 * ``OUT/<run>/generate_on_base``: the base responses teacher-forced through the run's last checkpoint, so that every
-  run's entropy is read on the same tokens (its shift, and the overlap of its top-20% positions with the base's).
+  run's entropy is read on the same tokens (its shift, and the overlap of its top-20% positions with the base's):
+  recompute against recompute, so a model that did not change shows a shift of 0 and an overlap of 1 on any engine.
 
 ``egpo.report`` reads them (:func:`token_metrics`) as per-run figures at the run's last step, paired by seed like
 every other metric.
@@ -22,6 +26,7 @@ from egpo.ablation.attempt import override_value
 from egpo.run_state import CHECKPOINTS
 
 BASE = "generate_base"
+BASE_SCORED = "generate_base_scored"
 GENERATED = "generate"
 ON_BASE = "generate_on_base"
 DONE = "done.json"
@@ -49,6 +54,8 @@ def generation_commands(out: Path, runs: list[Path], config_path: str, config_na
     commands = []
     if not (out / BASE / DONE).exists():
         commands.append([*common, "--out", str(out / BASE)])
+    if not (out / BASE_SCORED / DONE).exists():
+        commands.append([*common, "--score", str(out / BASE), "--out", str(out / BASE_SCORED)])
     for work in runs:
         info = json.loads((work / "run.json").read_text())
         arm, seed = info["arm"], int(info["seed"])
@@ -77,7 +84,9 @@ def run_generation(commands: list[list[str]]) -> list[str]:
 
 
 def token_metrics(root: Path, work: Path) -> dict[str, float]:
-    """A finished run's figures from its generation folders (none where they are missing)."""
+    """A finished run's figures from its generation folders (none where they are missing). The base side of the
+    shift and the overlap is the base model's recompute of its own responses (``generate_base_scored``), read once
+    for all the runs of an ablation."""
     import numpy as np
 
     from egpo.analyze.stats import top20_overlap
@@ -92,11 +101,26 @@ def token_metrics(root: Path, work: Path) -> dict[str, float]:
             found["token/frac_below_0.01"] = float((own.entropy < 0.01).mean())
             if own.thought is not None and own.thought.any():
                 found["token/thought_entropy_mean"] = float(own.entropy[own.thought].mean())
-    if (work / ON_BASE / DONE).exists() and (root / BASE / DONE).exists():
-        base, scored = load_run(root / BASE), load_run(work / ON_BASE)
+    if (work / ON_BASE / DONE).exists() and (root / BASE_SCORED / DONE).exists():
+        base, base_order = _base_scored(root / BASE_SCORED)
+        scored = load_run(work / ON_BASE)
         if len(base.entropy):
-            shift = (scored.entropy[aligned_order(scored, scored.row_keys())]
-                     - base.entropy[aligned_order(base, base.row_keys())])
+            shift = scored.entropy[aligned_order(scored, scored.row_keys())] - base.entropy[base_order]
             found["token/base_tokens_entropy_shift"] = float(shift.mean())
             found["token/top20_overlap_with_base"] = top20_overlap(base, scored)["overlap"]
     return found
+
+
+_BASE_CACHE: dict[tuple[str, float], tuple] = {}
+
+
+def _base_scored(folder: Path):
+    """The base's recompute and its row order, loaded once per folder (and again only where it was rewritten)."""
+    from egpo.analyze.tokens import aligned_order, load_run
+
+    key = (str(folder.resolve()), (folder / DONE).stat().st_mtime)
+    if key not in _BASE_CACHE:
+        _BASE_CACHE.clear()  # one base held at a time
+        base = load_run(folder)
+        _BASE_CACHE[key] = (base, aligned_order(base, base.row_keys()))
+    return _BASE_CACHE[key]

@@ -29,6 +29,7 @@ class VerlStack:
     note: str  # what else the stack holds, for the install hint
     transformers: str  # the transformers versions the stack runs with (a pip specifier; egpo's extra pins the same)
     undeclared_imports: tuple[str, ...]  # what verl's trainer imports without declaring it (egpo declares them)
+    flash_attn_install: str  # on a GPU: the line that brings the flash-attn verl's default attention needs
 
 
 VERL = {
@@ -36,14 +37,17 @@ VERL = {
                        runner_module="verl.trainer.main_ppo", runner_base="TaskRunner", manager_owns_replicas=True,
                        tool_loop_merges_tokens=False, rollout_seed_key=None, has_v1_trainer=False,
                        legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True,
-                       note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=()),
+                       note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=(),
+                       flash_attn_install="pip install flash-attn --no-build-isolation"),  # verl[gpu]: unpinned
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
                        rollout_seed_key="actor_rollout_ref.rollout.seed", has_v1_trainer=True,
                        legacy_worker_settings=(), padding_needs_flash_attn=False,
                        note="transformers 5.x, numpy 2", transformers=">=5.5.3,<5.11,!=5.6.0",
-                       undeclared_imports=("uvicorn", "fastapi")),
+                       undeclared_imports=("uvicorn", "fastapi"),
+                       # verl[fsdp] brings flash-attn 2.8.3 (built for torch 2.11 and CUDA 13.0) and that torch
+                       flash_attn_install="pip install 'verl[fsdp]==0.9.1'"),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}

@@ -20,6 +20,9 @@ GENERATION_OVERRIDES = (
     "actor_rollout_ref.rollout.calculate_log_probs=true",
     "trainer.logger=[console]",
     "trainer.val_before_train=false",
+    # --score reads the actor's recompute: never bypassed, so egpo's fp32 entropy (and verl's compile of it off) is
+    # prepared whatever an ablation arm's bypass setting (a run that only generates never recomputes)
+    "algorithm.rollout_correction.bypass_mode=false",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 LEVELS = ("fact", "warning", "error")
+TAGS = {"fact": "  ", "warning": "! ", "error": "X "}  # each printed line's first two characters
 
 
 @dataclass(frozen=True)
@@ -19,8 +20,7 @@ class Finding:
             raise ValueError(f"finding level {self.level!r} is not one of {LEVELS}")
 
     def line(self) -> str:
-        tag = {"fact": "  ", "warning": "! ", "error": "X "}[self.level]
-        return f"{tag}{self.topic:<10} {self.text}"
+        return f"{TAGS[self.level]}{self.topic:<10} {self.text}"
 
 
 def fact(topic: str, text: str) -> Finding:

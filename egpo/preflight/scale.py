@@ -188,9 +188,11 @@ def gpu_findings(config, shape: ModelShape, settings=None) -> list[Finding]:
                 f"{_gb(saved)} per GPU for the backward pass")
         if saved >= UPDATE_ENTROPY_WARNING:
             findings.append(warning("gpu", f"{text} (fp32 copies of the micro-batch's {tokens:,} x {vocab:,} logits, "
-                                           f"beside the model's activations and logits; the update's peak rises by "
-                                           f"35-50% of it, docs/benchmarks.md): likely out of memory; fused "
-                                           f"kernels never materialise them: {FUSED_FIX}"))
+                                           f"beside the model's activations and logits; verl takes the entropy "
+                                           f"before the log probs, so the update's peak rises by at least this; "
+                                           f"verl's own update at this size is not measured, docs/benchmarks.md): "
+                                           f"likely out of memory; fused kernels never materialise them: "
+                                           f"{FUSED_FIX}"))
         else:
             findings.append(fact("gpu", text))
     if settings.enabled and reads_actor_entropy(settings) and \
@@ -258,20 +260,50 @@ def free_bytes(where: Path) -> tuple[int, Path]:
     return shutil.disk_usage(probe).free, probe
 
 
-def disk_finding(per_checkpoint: int, kept: int, runs: int, where: Path, what: str, fewer) -> Finding:
-    """``fewer(k)``: the override that keeps ``k`` checkpoints (None where ``k`` is too few to offer)."""
-    total = per_checkpoint * kept * runs
+def peak_checkpoints(keep: int) -> int:
+    """The checkpoints on disk at once when verl keeps ``keep``: verl deletes the oldest only after the next one is
+    written whole, and with keep=1 not before the new one is registered (0.9.1 and 0.7.1
+    ``CheckpointManager.ensure_checkpoint_capacity`` returns early for keep <= 1; ``register_checkpoint`` removes the
+    old one afterwards), so keep=1 peaks at 2. Every keep >= 2 deletes before it saves and peaks at keep."""
+    return max(int(keep), 2)
+
+
+FEWEST_KEPT = 2  # the fewest checkpoints a fix offers: keep=1 peaks at 2 anyway, and a run killed between saving a
+# checkpoint and logging its step resumes from the one before it
+
+
+def disk_finding(per_checkpoint: int, peak: int, runs: int, where: Path, what: str, fewer,
+                 fewest: int = FEWEST_KEPT, already: str = "") -> Finding:
+    """``peak``: the checkpoints a run holds at once; ``fewer(k)``: the override that makes the peak ``k`` (offered
+    only for ``k >= fewest``); ``already``: what is on that disk already for this run, said in the line."""
+    total = per_checkpoint * peak * runs
     free, probe = free_bytes(where)
-    text = (f"{what}: {_gb(per_checkpoint)} per checkpoint x {kept} kept" + (f" x {runs} runs" if runs > 1 else "") +
-            f" = {_gb(total)}; {_gb(free)} free on the disk of {probe}")
+    text = (f"{what}: {_gb(per_checkpoint)} per checkpoint x {peak} at the peak" + (f" x {runs} runs" if runs > 1 else "")
+            + f" = {_gb(total)}; {_gb(free)} free on the disk of {probe}" + (f" ({already})" if already else ""))
     if total <= DISK_WARNING_SHARE * free:
         return fact("disk", text)
     fits = int(free // max(1, per_checkpoint * runs))
-    fix = fewer(min(fits, kept - 1)) if fits >= 1 else None
+    fix = fewer(min(fits, peak - 1)) if fewest <= min(fits, peak - 1) else None
     fixes = "free space there, or write to a disk with " + _gb(total) + " free" + (f", or keep fewer: {fix}" if fix else "")
     if total > free:
         return error("disk", f"{text}: a run would fail at a save. Fix: {fixes}")
     return warning("disk", f"{text}: over {DISK_WARNING_SHARE:.0%} of it, with nothing else written there. Fix: {fixes}")
+
+
+def leftover_checkpoints(config) -> tuple[list[Path], int]:
+    """A main job that resumes (``trainer.resume_mode=auto`` with verl's pointer in its run directory) finds the
+    checkpoints of the attempt before it there; verl's rotation knows only those its own attempt saves, so they stay
+    until the run ends: (their folders, their bytes on disk; already off the free space)."""
+    from egpo.run_dir import resumed_step
+
+    where = Path(str(config.trainer.default_local_dir)).expanduser()
+    if str(config.trainer.get("resume_mode", "auto")) == "disable" or not where.is_dir():
+        return [], 0
+    if not resumed_step(config, where):
+        return [], 0
+    folders = sorted(p for p in where.glob("global_step_*") if p.is_dir())
+    size = sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
+    return folders, size
 
 
 def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Finding | None:
@@ -283,8 +315,14 @@ def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Find
     if kept is None:
         return fact("disk", f"{_gb(checkpoint_bytes(config, shape))} per checkpoint (every trainer.save_freq="
                             f"{config.trainer.save_freq} steps; the run's length is unknown)")
-    return disk_finding(checkpoint_bytes(config, shape), kept, 1, Path(str(config.trainer.default_local_dir)),
-                        "checkpoints", lambda k: f"trainer.max_actor_ckpt_to_keep={k}" if k >= 1 else None)
+    peak = min(peak_checkpoints(kept), saves) if saves is not None else peak_checkpoints(kept)
+    what = "checkpoints" + (f" (max_actor_ckpt_to_keep={kept} holds {peak} while the next is written)"
+                            if peak > kept else "")
+    folders, size = leftover_checkpoints(config)
+    already = (f"{len(folders)} checkpoint(s) of the attempt it resumes, {_gb(size)}, stay beside them until the run "
+               f"ends: verl rotates only the ones it saves") if folders else ""
+    return disk_finding(checkpoint_bytes(config, shape), peak, 1, Path(str(config.trainer.default_local_dir)),
+                        what, lambda k: f"trainer.max_actor_ckpt_to_keep={k}", already=already)
 
 
 def ablation_disk_finding(config, runs: int, keep: int, out: Path) -> Finding | None:
@@ -295,7 +333,7 @@ def ablation_disk_finding(config, runs: int, keep: int, out: Path) -> Finding | 
         return None
     return disk_finding(checkpoint_bytes(config, shape), keep + 1, runs, out,
                         f"the ablation's checkpoints at their peak (--keep {keep}, plus the one a resumed attempt "
-                        "starts from)", lambda k: f"--keep {k - 1}" if k - 1 >= 2 else None)
+                        "starts from)", lambda k: f"--keep {k - 1}", fewest=3)
 
 
 def scale_findings(config, steps: int | None = None, settings=None) -> list[Finding]:

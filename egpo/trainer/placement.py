@@ -9,8 +9,10 @@ rollout (each spending a retry). Other actors verl creates with no scheduling st
 where Ray's default policy puts them: the creating process's node until it is half busy, then the least busy node,
 another run's as likely as not. While egpo's trainer builds its workers (``init_workers``):
 
-* ``ray.nodes()`` lists only the nodes of the run's own placement groups (:func:`run_nodes_only`); before those
-  exist, and where Ray names none of them, it lists what Ray lists;
+* inside verl's two placing methods, ``ray.nodes()`` lists only the nodes of the run's own placement groups
+  (:func:`placing_on_run_nodes`, :func:`run_nodes_only`); before those exist, and where Ray names none of them, it
+  lists what Ray lists. Everywhere else ``ray.nodes()`` is Ray's: verl's placement-group sort of a second resource
+  pool (a reward model's, a teacher's) looks its groups' nodes up in it before the pool holds them;
 * an actor created with no scheduling strategy gets a soft affinity to one of those nodes, in turn
   (:func:`default_actors_on`); one with a strategy of its own keeps it.
 
@@ -22,6 +24,7 @@ The task runner itself (which builds the trainer) stays on its driver's node (:c
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -63,6 +66,46 @@ def run_nodes_only(run_node_ids: Callable[[], set[str]]) -> Iterator[None]:
         ray.nodes = listed_by_ray
 
 
+PLACING_METHODS = ("verl.experimental.agent_loop.agent_loop:AgentLoopManager._init_agent_loop_workers",
+                   "verl.experimental.reward_loop.reward_loop:RewardLoopManager._init_reward_loop_workers")
+_placing: list[Callable[[], set[str]]] = []  # the run's nodes while init_workers places its workers (innermost last)
+
+
+def _narrowed(original, *args, **kwargs):
+    """A placing method, run with ``ray.nodes()`` narrowed to the run's nodes where a run is placing its workers
+    (a coroutine method: for as long as it runs)."""
+    if not _placing:
+        return original(*args, **kwargs)
+    run_node_ids = _placing[-1]
+    if inspect.iscoroutinefunction(original):
+        async def placed():
+            with run_nodes_only(run_node_ids):
+                return await original(*args, **kwargs)
+
+        return placed()
+    with run_nodes_only(run_node_ids):
+        return original(*args, **kwargs)
+
+
+def placing_patches():
+    from egpo.patching import Patch
+
+    return [Patch(target, _narrowed) for target in PLACING_METHODS]
+
+
+@contextmanager
+def placing_on_run_nodes(run_node_ids: Callable[[], set[str]]) -> Iterator[None]:
+    """Inside: verl's two placing methods see only the run's nodes in ``ray.nodes()`` (their patches applied once)."""
+    from egpo.patching import apply_all
+
+    apply_all(placing_patches())
+    _placing.append(run_node_ids)
+    try:
+        yield
+    finally:
+        _placing.remove(run_node_ids)
+
+
 @contextmanager
 def default_actors_on(run_node_ids: Callable[[], set[str]]) -> Iterator[None]:
     """Inside: an actor created with no scheduling strategy and no placement group gets a soft affinity to one of the
@@ -84,6 +127,34 @@ def default_actors_on(run_node_ids: Callable[[], set[str]]) -> Iterator[None]:
         yield
     finally:
         ActorClass._remote = created_by_ray
+
+
+def node_names(node_ids: set[str]) -> list[str]:
+    """Each node's host name and address, as Ray lists them (an id Ray no longer lists: the id itself)."""
+    listed = {node.get("NodeID"): node for node in ray.nodes()}
+    names = []
+    for node_id in sorted(node_ids):
+        node = listed.get(node_id)
+        names.append(f"{node.get('NodeManagerHostname', '?')} ({node.get('NodeManagerAddress', '?')})" if node
+                     else node_id)
+    return names
+
+
+def record_run_nodes(config, node_ids: set[str]) -> None:
+    """``nodes.json`` in the run's checkpoint folder (``trainer.default_local_dir``): the nodes of the run's placement
+    groups, where its GPU workers are; a failed attempt names these, not the node its driver ran on (on a cluster,
+    the head)."""
+    import json
+    from pathlib import Path
+
+    from egpo.run_state import NODES
+
+    where = Path(str(config.trainer.default_local_dir)).expanduser()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        (where / NODES).write_text(json.dumps({"nodes": node_names(node_ids)}) + "\n")
+    except OSError as err:  # a run does not stop for its diagnostics
+        print(f"[egpo] could not record the run's nodes in {where / NODES}: {err}", flush=True)
 
 
 class OnDriverNode:

@@ -65,12 +65,14 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
 
     def init_workers(self):
         from egpo.compat.verl_shapes import check_ray_shape
-        from egpo.trainer.placement import default_actors_on, pool_node_ids, run_nodes_only
+        from egpo.trainer.placement import default_actors_on, placing_on_run_nodes, pool_node_ids, record_run_nodes
 
         check_ray_shape()
         run_nodes = lambda: pool_node_ids(self.resource_pool_manager)  # noqa: E731 - asked anew at each use
-        with run_nodes_only(run_nodes), default_actors_on(run_nodes):
-            return super().init_workers()
+        with placing_on_run_nodes(run_nodes), default_actors_on(run_nodes):
+            result = super().init_workers()
+        record_run_nodes(self.config, run_nodes())
+        return result
 
     def _compute_old_log_prob(self, batch: DataProto):
         with entropy_kept_on_driver(batch) as kept:
