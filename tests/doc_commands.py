@@ -238,7 +238,8 @@ def check_pip(args: list[str]) -> None:
         elif token in ("--target", "-t", "--index-url", "--extra-index-url"):
             next(tokens)
         elif token.startswith("-"):
-            assert token in ("-q", "--quiet", "--no-deps", "--upgrade", "-U"), f"pip option {token}"
+            assert token in ("-q", "--quiet", "--no-deps", "--upgrade", "-U", "--no-build-isolation"), \
+                f"pip option {token}"
         else:
             assert re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z0-9_,]+\])?(==[A-Za-z0-9_.+]+)?", token), \
                 f"{token}: not a package name (name or name==version)"

@@ -423,6 +423,31 @@ def test_ray_asking_to_try_again_later_is_retried(tmp_path, capsys):
     assert client.submitted == ["a__seed0"] and capsys.readouterr().out.count("Ray asks to try again later") == 2
 
 
+def test_a_cluster_that_never_takes_a_job_stops_the_wait_naming_the_cause_ray_logged(tmp_path, monkeypatch):
+    """Ray answers "try again later" for good (the head's job agent could not bind its port, taken by another cluster
+    on the machine): the ablation stops after its bound, quoting the line the agent logged, with the fix."""
+    session = tmp_path / "raytmp" / "ray" / "session_2026-11-26_10-00-00_1" / "logs"
+    session.mkdir(parents=True)
+    (session / "dashboard_agent.log").write_text(
+        "INFO agent.py:100 -- starting\n"
+        "ERROR agent.py:200 -- OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 52365): "
+        "address already in use\nINFO agent.py:300 -- exiting\n")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+
+    class Never(ScriptedJobs):
+        def submit_job(self, entrypoint, submission_id, runtime_env, metadata):
+            raise RuntimeError("No available agent to submit job, please try again later.")
+
+    jobs = dispatch(Never({"a__seed0": []}))
+    jobs.try_again_for = 0.5
+    with pytest.raises(SystemExit) as err:
+        jobs.run(runs(tmp_path, ["a__seed0"]))
+    text = str(err.value)
+    assert "answered 'No available agent to submit job, please try again later.' to every job" in text
+    assert "('0.0.0.0', 52365): address already in use" in text and "dashboard_agent.log" in text
+    assert "--dashboard-agent-listen-port" in text
+
+
 def test_a_stalled_attempt_is_stopped_and_recorded(tmp_path):
     """The training logs its steps, then hangs (a collective waiting on a dead peer): with a stall timeout of 3 s the
     attempt ends within seconds as stalled, its training killed, and the run is failed (to be resumed)."""

@@ -107,3 +107,25 @@ def test_generate_on_a_cluster_is_refused_with_the_command_that_does_it():
                "--ray-address", "http://head:8265"])
     assert parse(["--config-path", "recipes", "--config-name", "cpu_warm", "--out", "x", "--generate",
                   "--generate-n", "4"]).generate_n == 4
+
+
+def test_every_arms_preflight_warnings_are_printed_with_what_the_arm_does(tmp_path, demo, capsys):
+    """An arm whose preflight warns (here the entropy bonus's update-time entropy, at a micro-batch where it saves
+    12.8 GB per GPU) passes the ablation's preflight; its warning is printed, naming the arm, with what it will do."""
+    from test_recipes import RECIPES
+
+    from egpo.ablation.cli import parse, preflight
+
+    args = parse(["--config-path", str(RECIPES), "--config-name", "cpu_smoke", "--out", str(tmp_path),
+                  "--arms", "grpo", "grpo_entbonus", "--seeds", "0", "--steps", "2",
+                  "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                  "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40000000"])
+    from egpo.preflight.__main__ import compose
+
+    config = compose(args.config_path, args.config_name, [f"egpo_demo.out={demo}", *args.overrides])
+    preflight(args, demo, (), config)
+    out = capsys.readouterr().out
+    [warned] = [line for line in out.splitlines() if line.startswith("[ablation] arm grpo_entbonus: ! gpu")]
+    assert "saves 12.8 GB per GPU" in warned and "actor_rollout_ref.model.use_fused_kernels=true" in warned
+    assert "[ablation] arm grpo_entbonus runs as configured all the same" in out
+    assert "[ablation] arm grpo:" not in out and "preflight passed for 2 arm(s)" in out

@@ -92,3 +92,27 @@ def test_the_checks_read_the_markdown_as_a_shell_does_and_catch_a_renamed_flag(t
                                              "--config-name=cpu_smok"]))
     assert not key_exists("algorithm.egpo_lamda") and key_exists("algorithm.egpo_lambda")
     assert name_exists("egpo.ablation.cluster.JobDispatch") and not name_exists("egpo.ablation.cluster.JobDispatcher")
+
+
+def test_every_ci_lane_that_runs_tests_prints_the_versions_its_environment_resolved():
+    """Several of a lane's packages arrive unpinned (ray, pyarrow): each lane running pytest first prints what its
+    own environment resolved, so a red CI names the drift."""
+    import re
+    import subprocess
+    import sys
+
+    script = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    lanes = re.split(r'^lane "', script, flags=re.M)[1:]
+    tested = [lane for lane in lanes if "pytest" in lane]
+    assert len(tested) >= 10
+    for lane in tested:
+        env = re.search(r"\. (\.venv[\w.\-]*)/bin/activate", lane).group(1)
+        assert f"\nresolved {env}\n" in lane, lane.splitlines()[0]
+    function = re.search(r"^resolved\(\) \{.*?^\}", script, flags=re.M | re.S).group(0)
+    prefix = str(Path(sys.executable).parent.parent)
+    out = subprocess.run(["bash", "-c", f"{function}\nresolved {prefix}"], capture_output=True, text=True,
+                         timeout=120).stdout
+    from importlib.metadata import version
+
+    for name in ("torch", "transformers", "ray", "pyarrow", "tensordict"):
+        assert f"{name} {version(name)}" in out, out

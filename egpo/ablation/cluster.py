@@ -42,6 +42,8 @@ NO_GPUS = "Total available GPUs"  # verl's refusal when the cluster's free GPUs 
 FAST_FAILURE_LIMIT = 3  # failures in a row that logged no step: the dispatch stops submitting
 BACKOFF_POLLS = 6  # a failed run waits this many polls before it is resubmitted, doubled with each further failure
 BACKOFF_MAX = 600.0
+TRY_AGAIN_FOR = 300.0  # seconds of Ray's "try again later" (no job agent) before the ablation stops, naming the cause
+AGENT_LOG = "dashboard_agent.log"  # where a node's job agent logs why it did not start
 
 
 def connect(address: str):
@@ -142,6 +144,8 @@ class JobDispatch:
         self.steps_at_submit: dict[Path, int] = {}
         self.fast_failures: list[tuple[str, str]] = []  # (run, host) of the failures in a row that logged no step
         self.held = max_parallel  # the last capacity the cluster answered
+        self.try_again_since: float | None = None  # since when Ray has answered "try again later" to every submission
+        self.try_again_for = TRY_AGAIN_FOR
 
     def status(self, sid: str) -> str:
         state = self.client.get_job_status(sid)
@@ -240,9 +244,15 @@ class JobDispatch:
                         break
                     try:
                         self.submit(work)
+                        self.try_again_since = None
                     except Exception as err:  # noqa: BLE001 - Ray's errors here are many; each is reported whole
                         if "try again later" in str(err).lower():  # the job agent is not up yet (just after ray start)
-                            print(f"[ablation] {work.name}: Ray asks to try again later ({err}); retrying", flush=True)
+                            self.try_again_since = self.try_again_since or time.time()
+                            waited = time.time() - self.try_again_since
+                            if waited > self.try_again_for:
+                                raise SystemExit(no_job_agent(self.address, waited, str(err))) from None
+                            print(f"[ablation] {work.name}: Ray asks to try again later ({err}); retrying "
+                                  f"({waited:.0f} s of at most {self.try_again_for:.0f})", flush=True)
                             queue.appendleft(work)
                             self.not_before[work] = time.time() + self.poll * BACKOFF_POLLS
                             break
@@ -356,6 +366,48 @@ class JobDispatch:
                 except Exception:  # noqa: BLE001
                     self.active.pop(sid)
             time.sleep(1)
+
+
+def no_job_agent(address: str, waited: float, answer: str) -> str:
+    """The ablation's last words when the cluster never took a job: Ray's answer, and the cause its job agent logged
+    where this machine can read it."""
+    cause = agent_log_cause(address)
+    said = (f" Ray's job agent logged: {cause}" if cause else
+            f" No cause could be read from here: look at {AGENT_LOG} in the logs folder of the head's Ray session "
+            "(/tmp/ray/session_latest/logs by default).")
+    return (f"[ablation] the Ray cluster at {address} answered '{answer}' to every job for {waited:.0f} s: its job "
+            f"agent is not running.{said} A port taken by another Ray cluster on the same machine is the usual cause: "
+            "stop that cluster, or restart this one with ports of its own (ray start --head --dashboard-agent-listen-"
+            "port=... --dashboard-agent-grpc-port=...), then rerun the same command; nothing was lost.")
+
+
+AGENT_TROUBLE = ("error", "exception", "address already in use", "failed", "cannot", "could not")
+
+
+def agent_log_cause(address: str, tmp: str | None = None) -> str | None:
+    """The last line of trouble in the head's job-agent log: through Ray's log API, else in this machine's Ray
+    sessions (the ablation often runs on the head), newest first; None where neither has one."""
+    lines: list[str] = []
+    where = ""
+    try:
+        from ray.util.state import get_log, list_nodes
+
+        head = next(n for n in list_nodes(address=address, limit=1000) if getattr(n, "is_head_node", False))
+        lines = "".join(get_log(address=address, node_id=head.node_id, filename=AGENT_LOG, tail=400,
+                                timeout=10)).splitlines()
+        where = f"{AGENT_LOG} on the head"
+    except Exception:  # noqa: BLE001 - the log API goes through the very agent that may be down
+        root = Path(tmp or os.environ.get("RAY_TMPDIR") or "/tmp") / "ray"
+        logs = sorted(root.glob(f"session_*/logs/{AGENT_LOG}"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for log in logs[:3]:
+            lines = log.read_text(errors="replace").splitlines()[-400:]
+            if any(word in line.lower() for line in lines for word in AGENT_TROUBLE):
+                where = str(log)
+                break
+        else:
+            return None
+    trouble = [line.strip() for line in lines if any(word in line.lower() for word in AGENT_TROUBLE)]
+    return f"{trouble[-1][:400]} ({where})" if trouble else None
 
 
 def last_step(work: Path) -> int:

@@ -46,8 +46,8 @@ VERL = {
                        legacy_worker_settings=(), padding_needs_flash_attn=False,
                        note="transformers 5.x, numpy 2", transformers=">=5.5.3,<5.11,!=5.6.0",
                        undeclared_imports=("uvicorn", "fastapi"),
-                       # verl[fsdp] brings flash-attn 2.8.3 (built for torch 2.11 and CUDA 13.0) and that torch
-                       flash_attn_install="pip install 'verl[fsdp]==0.9.1'"),
+                       # the flash-attn verl[fsdp] pins; PyPI has its source only, whose build imports torch
+                       flash_attn_install="pip install flash-attn==2.8.3 --no-build-isolation"),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}

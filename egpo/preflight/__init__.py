@@ -17,6 +17,7 @@ from egpo.preflight.engines import engine_findings
 from egpo.preflight.findings import Finding
 from egpo.preflight.loggers import logger_findings
 from egpo.preflight.scale import scale_findings
+from egpo.preflight.stack import attention_finding
 
 __all__ = ["Finding", "preflight_findings", "startup_preflight"]
 
@@ -53,6 +54,9 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
     else:
         findings.append(warning("scale", "what egpo adds per GPU, on the driver and on disk, and the engines' "
                                          "findings, were not computed: fix algorithm.* first"))
+    attention = attention_finding(config)
+    if attention is not None:
+        findings.append(attention)
     findings += logger_findings(config)
     findings += batch_findings(config)
     if settings is not None:

@@ -27,7 +27,6 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
             problems.append(f"actor_rollout_ref.rollout.name=sglang: on verl {version} egpo patches sglang {expected} "
                             f"(the one verl {version} pins); this environment has sglang {installed}. Install it: "
                             f"{install_line(expected)} (on a GPU: sglang=={expected} with its dependencies)")
-    problems += attention_problems(config, version)
     return problems
 
 
@@ -35,22 +34,34 @@ FLASH_ATTENTION = "flash_attention_2"
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 
 
-def attention_problems(config: DictConfig, version: str) -> list[str]:
+def attention_finding(config: DictConfig, cuda_here: bool | None = None):
     """A GPU run's actor and reference load with verl's default attention, flash-attention 2, unless the config names
     another (verl 0.9.1 ``workers/config/model.py``, 0.7.1 ``fsdp_workers.py``: ``attn_implementation`` from
-    ``override_config``). transformers refuses it at the model's load where the ``flash_attn`` package is missing, on
-    every worker, after Ray started them: named here instead, with the install line and the other attention."""
+    ``override_config``); transformers refuses it at the model's load where the ``flash_attn`` package is missing, on
+    every worker, after Ray started them. Stated with the install line and the other attention: an error where this
+    machine has a GPU (its workers load from this environment), a warning where it has none (the run may go to GPU
+    nodes of their own image). None: a CPU run, another attention, or flash_attn installed."""
     import importlib.util
 
+    from egpo.preflight.findings import error, warning
+
     if str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu":
-        return []
+        return None
     attention = OmegaConf.select(config, ATTENTION_KEY, default=None) or FLASH_ATTENTION
     if attention != FLASH_ATTENTION or importlib.util.find_spec("flash_attn") is not None:
-        return []
-    return [f"the actor loads with attention {FLASH_ATTENTION} (verl's default; {ATTENTION_KEY} is not set), and "
-            f"the flash_attn package is not installed here (egpo's '.[verl{version.replace('.', '')}]' does not bring "
-            f"it): {verl_stack(version).flash_attn_install}, or use PyTorch's attention instead: "
-            f"++{ATTENTION_KEY}=sdpa"]
+        return None
+    if cuda_here is None:
+        import torch
+
+        cuda_here = torch.cuda.is_available()
+    version = verl_version()
+    text = (f"the actor loads with attention {FLASH_ATTENTION} (verl's default; {ATTENTION_KEY} is not set), and the "
+            f"flash_attn package is not installed {'here' if cuda_here else 'on this machine'} (egpo's "
+            f"'.[verl{version.replace('.', '')}]' does not bring it): every worker would fail at the model's load. "
+            f"Fix: {verl_stack(version).flash_attn_install}, or use PyTorch's attention instead: "
+            f"++{ATTENTION_KEY}=sdpa")
+    return error("attention", text) if cuda_here else warning("attention", text + " (where the GPU nodes run "
+                                                                                  "another image, check it there)")
 
 
 def check_stack(config: DictConfig) -> str:
