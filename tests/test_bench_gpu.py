@@ -30,3 +30,37 @@ def test_the_bench_shapes_are_the_preflights():
 
     for name, shape in KNOWN_SHAPES.items():
         assert gpu_update_memory.SHAPES[name.split("/")[1].lower()] == shape
+
+
+VERL_BENCH = BENCH.with_name("verl_update_memory.py")
+
+
+def test_verls_own_update_bench_runs_on_a_cpu_without_ray_and_measures_the_entropy(tmp_path):
+    """bench/verl_update_memory.py runs verl 0.9.1's own FSDP actor update (the qwen3_4b recipe's engine settings, a
+    tiny model with Qwen3's vocabulary, 256 tokens) with Ray and datasets stood in, as on a bare GPU machine. The
+    update-time entropy saves what the preflight states; checkpointed (the recipes' setting) it regenerates the same
+    bytes inside the update's backward pass: checkpointing moves them, it does not remove them."""
+    import os
+
+    import pytest
+
+    pytest.importorskip("verl.workers.engine_workers")
+    from conftest import VERL
+
+    if VERL != "0.9.1":
+        pytest.skip("verl 0.9.1's engine worker (the bench's target; verl 0.7.1's FSDP actor is another code path)")
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, str(VERL_BENCH), "--device", "cpu", "--shape", "tiny", "--tokens", "256",
+                           "--json", str(out)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "EGPO_BENCH_STAND_INS": "ray,datasets", "MASTER_PORT": "29653"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["stand_ins"] == ["ray", "datasets"]
+    rows = {row["mode"]: row for row in result["rows"]}
+    assert all(row["outcome"] == "ok" for row in rows.values()), rows
+    figure = rows["entropy"]["preflight_entropy_bytes"]
+    assert figure == 256 * 151_936 * 4  # fp32 logits on the CPU, chunked: one fp32 softmax per chunk
+    extra = rows["entropy"]["saved_bytes"] - rows["none"]["saved_bytes"]
+    assert abs(extra - figure) < 0.02 * figure, (extra, figure)
+    checkpointed = rows["entropy_checkpointed"]["saved_bytes"] - rows["none"]["saved_bytes"]
+    assert checkpointed > 0.98 * figure, (checkpointed, figure)
