@@ -6,6 +6,11 @@
   ``get_rollout_replica_class(name)``); egpo registers its replicas in verl's ``RolloutReplicaRegistry`` in the
   trainer's process, and its manager presets only ``agent_loop_workers_class``.
 
+A run that never samples (``egpo.generate --score``: the actor's recompute only) builds no rollout servers where verl
+has a way to build none (``VerlStack.empty_server_manager``: 0.9.1's ``LLMServerManager.create_empty``, which verl
+uses for trainers whose rollout runs elsewhere): :func:`no_rollout_servers`. On 0.7.1 the agent-loop manager builds
+its replicas itself, and a score run starts them as a training run does.
+
 How verl's tool-agent loop builds a multi-turn response (``VerlStack.tool_loop_merges_tokens``): 0.7.1 appends each turn
 whole; 0.9.1 merges turns with Continuous Token (``AgentLoopBase.ct_merge_assistant_token`` /
 ``ct_merge_context_msg``, edits applied by ``ContinuousTokenBuilder.align_response_metadata``), which egpo's loop
@@ -14,7 +19,10 @@ follows (:mod:`egpo.rollout.tool_agent_loop`); :func:`check_tool_loop_shape` gua
 
 from __future__ import annotations
 
+import importlib
 import inspect
+from contextlib import contextmanager
+from typing import Iterator
 
 from egpo.compat.versions import verl_stack, verl_version
 from egpo.errors import IncompatibleDependencyError
@@ -40,6 +48,35 @@ ONLY_FOR_ROLLOUT_ENTROPY = ("vllm",)
 
 class VerlRolloutShapeError(IncompatibleDependencyError):
     pass
+
+
+@contextmanager
+def no_rollout_servers() -> Iterator[bool]:
+    """Inside: verl's trainer builds its rollout-server manager empty (no replica launched, no engine started), where
+    this verl has a way to (yields whether it had). The trainer's module-level name is rebound to a subclass whose
+    ``create`` is verl's ``create_empty`` for the scope, and put back after."""
+    from egpo.patching import resolve
+
+    path = verl_stack().empty_server_manager
+    if path is None:
+        yield False
+        return
+    module_name, _, qualname = path.partition(":")
+    owner_name, _, method = qualname.partition(".")
+    module = importlib.import_module(module_name)
+    manager = resolve(f"{module_name}:{owner_name}",
+                      prefix=f"verl {verl_version()}: egpo builds a score run's rollout servers empty through ",
+                      advice=" (egpo.compat.versions: empty_server_manager)")
+    if not inspect.ismethod(getattr(manager, method, None)):
+        raise VerlRolloutShapeError(f"verl {verl_version()}: {module_name}.{qualname} is not a class method; egpo "
+                                    "builds a score run's rollout servers empty through it "
+                                    "(egpo.compat.versions: empty_server_manager)")
+    empty = type(f"NoServers{owner_name}", (manager,), {"create": getattr(manager, method)})
+    setattr(module, owner_name, empty)
+    try:
+        yield True
+    finally:
+        setattr(module, owner_name, manager)
 
 
 def served_replicas(config) -> dict[str, str]:

@@ -70,6 +70,11 @@ VERL_RELIANCES: dict[str, tuple[Reliance, ...]] = {
     "0.9.1": (
         Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer._compute_old_log_prob", "calculate_entropy=True",
                  _OLD_POLICY_ENTROPY),
+        # egpo.compat.rollout.no_rollout_servers rebinds the trainer module's name for a score run
+        Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer.init_workers", "LLMServerManager.create(",
+                 "egpo.generate --score would start rollout servers it never uses"),
+        Reliance("verl.workers.rollout.llm_server:LLMServerManager.create_empty", "rollout_replicas = []",
+                 "egpo.generate --score would start rollout servers it never uses"),
         _MANAGER_WORKERS,
         *_REPLICA_SERVERS,
         *_PLACEMENT,

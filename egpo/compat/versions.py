@@ -30,6 +30,7 @@ class VerlStack:
     transformers: str  # the transformers versions the stack runs with (a pip specifier; egpo's extra pins the same)
     undeclared_imports: tuple[str, ...]  # what verl's trainer imports without declaring it (egpo declares them)
     flash_attn_install: str  # on a GPU: the line that brings the flash-attn verl's default attention needs
+    empty_server_manager: str | None  # verl's way to build no rollout servers (egpo.compat.rollout), where it has one
 
 
 VERL = {
@@ -38,7 +39,8 @@ VERL = {
                        tool_loop_merges_tokens=False, rollout_seed_key=None, has_v1_trainer=False,
                        legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True,
                        note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=(),
-                       flash_attn_install="pip install flash-attn --no-build-isolation"),  # verl[gpu]: unpinned
+                       flash_attn_install="pip install flash-attn --no-build-isolation",  # verl[gpu]: unpinned
+                       empty_server_manager=None),  # the agent-loop manager builds its replicas itself
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
@@ -47,7 +49,8 @@ VERL = {
                        note="transformers 5.x, numpy 2", transformers=">=5.5.3,<5.11,!=5.6.0",
                        undeclared_imports=("uvicorn", "fastapi"),
                        # the flash-attn verl[fsdp] pins; PyPI has its source only, whose build imports torch
-                       flash_attn_install="pip install flash-attn==2.8.3 --no-build-isolation"),
+                       flash_attn_install="pip install flash-attn==2.8.3 --no-build-isolation",
+                       empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty"),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}

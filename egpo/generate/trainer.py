@@ -39,6 +39,19 @@ ROLLOUT_LOG_PROBS = "rollout_log_probs"
 class GenerationTrainer(EgpoRayPPOTrainer):
     trains = False
 
+    def init_workers(self):
+        """A score run never samples: it builds no rollout servers where verl can leave them out (no engine started,
+        no weights loaded into one; :func:`egpo.compat.rollout.no_rollout_servers`)."""
+        from egpo.compat.rollout import no_rollout_servers
+
+        if GenerateOptions.from_config(self.config).mode != "score":
+            return super().init_workers()
+        with no_rollout_servers() as empty:
+            result = super().init_workers()
+        if empty:
+            print("[egpo] generate --score: no rollout servers started (the actor's recompute only)", flush=True)
+        return result
+
     def fit(self):
         options = GenerateOptions.from_config(self.config)
         store = SampleStore(options.out)
