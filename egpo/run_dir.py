@@ -90,15 +90,29 @@ class _Tee:
 
     def __init__(self, stream, log, summary_seen):
         self.stream, self.log, self.summary_seen = stream, log, summary_seen
+        self._summary_line = False  # the summary's last line began; it is through at its newline
 
     def write(self, text):
-        self.log.write(text)
+        self._to_log(text)
         if REPORT_LINE in text or NO_STEPS_LINE in text:
+            self._summary_line = True
+        if self._summary_line and "\n" in text:  # print() writes a line's text and its newline in two calls
             self.summary_seen.set()
         return self.stream.write(text)
 
+    def _to_log(self, text):
+        """A write that began before the attempt closed its log (Ray's log thread forwards the workers' lines at
+        any time) still reaches the console; the log has ended, and takes nothing more."""
+        try:
+            self.log.write(text)
+        except ValueError:  # I/O operation on closed file
+            pass
+
     def flush(self):
-        self.log.flush()
+        try:
+            self.log.flush()
+        except ValueError:
+            pass
         self.stream.flush()
 
     def __getattr__(self, name):

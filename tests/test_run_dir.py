@@ -151,3 +151,26 @@ def test_a_steps_console_line_is_short_and_names_what_the_bonus_did():
     assert line == ("[egpo] step 3: cot_entropy=0.4883 bonus=0.1431 applied=0.05724 clipped=0.6875 changed=0.5 "
                     "rollout_vs_actor=3.979e-06")
     assert len(line) < 120
+
+
+def test_the_summary_is_through_at_its_newline_and_a_late_write_never_raises(tmp_path):
+    """print() writes the report line and its newline in two calls: the summary counts as through (and the log may
+    close) only at the newline. A write Ray's log thread began before the log closed reaches the console and raises
+    nothing (a finished run must not end with a traceback)."""
+    import io
+    import threading
+
+    from egpo import run_dir
+
+    console, seen = io.StringIO(), threading.Event()
+    log = (tmp_path / "log.txt").open("a")
+    tee = run_dir._Tee(console, log, seen)
+    tee.write(f"{run_dir.REPORT_LINE} /runs/x")
+    assert not seen.is_set()
+    tee.write("\n")
+    assert seen.is_set()
+    log.close()
+    tee.write("(raylet) a late line\n")
+    tee.flush()
+    assert console.getvalue().endswith("(raylet) a late line\n")
+    assert (tmp_path / "log.txt").read_text() == f"{run_dir.REPORT_LINE} /runs/x\n"
