@@ -25,13 +25,17 @@ def run(config: DictConfig) -> None:
     from egpo.runner import EgpoTaskRunner
     from egpo.trainer.placement import OnDriverNode
 
-    from egpo.run_dir import RunOutputs
+    from egpo.run_dir import RunOutputs, finished_run
 
     register_estimator()
     try:
         config = prepare_config(config)
     except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
         raise SystemExit(refusal(str(err))) from None
+    finished = finished_run(config)
+    if finished:
+        print(finished, flush=True)
+        return
     with RunOutputs(config):
         main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 

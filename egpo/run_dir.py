@@ -80,6 +80,28 @@ def resumed_step(config: DictConfig, where: Path) -> int:
     return checkpoint_pointer(where)
 
 
+def finished_run(config: DictConfig) -> str | None:
+    """Where the run directory's checkpoint is already at the run's last step (verl would resume there and train a
+    step beyond it): what to say instead of training (None: there is a step to train). Extending a run is explicit: a
+    larger ``trainer.total_training_steps`` (or ``trainer.total_epochs``)."""
+    from egpo.preflight.budget import planned_steps
+    from egpo.preflight.data import inspect_split
+
+    where = run_directory(config)
+    if where is None or not where.is_dir():
+        return None
+    resume = resumed_step(config, where)
+    if not resume:
+        return None
+    planned, _ = planned_steps(config, inspect_split(config, "data.train_files").rows)
+    if planned is None or resume < planned:
+        return None
+    return (f"[egpo] the run in {where} is finished: its checkpoint is at step {resume} of its {planned}; nothing was "
+            f"trained. To train it further: trainer.total_training_steps={planned + planned} (any number above "
+            f"{planned}); to start over: trainer.resume_mode=disable, or another trainer.default_local_dir. "
+            f"{REPORT_LINE} {where}")
+
+
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
 NO_STEPS_LINE = "[egpo] no step was logged"  # or its only one
 SUMMARY_WAIT_S = 30  # the longest the driver keeps copying the console into log.txt for it

@@ -174,3 +174,32 @@ def test_the_summary_is_through_at_its_newline_and_a_late_write_never_raises(tmp
     tee.flush()
     assert console.getvalue().endswith("(raylet) a late line\n")
     assert (tmp_path / "log.txt").read_text() == f"{run_dir.REPORT_LINE} /runs/x\n"
+
+
+def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo, capsys):
+    """The same command again after a run reached its last step: verl would resume there and train one step beyond
+    it. egpo says the run is finished, starts nothing (no Ray), and names the explicit setting that extends it."""
+    from hydra import compose, initialize_config_dir
+
+    from test_recipes import RECIPES
+
+    from egpo.main import run
+    from egpo.run_dir import finished_run
+
+    where = tmp_path / "run"
+    (where / "global_step_3").mkdir(parents=True)
+    (where / "latest_checkpointed_iteration.txt").write_text("3")
+
+    def config(*extra):
+        with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+            return compose(config_name="cpu_smoke", overrides=[f"egpo_demo.out={demo}",
+                                                               f"trainer.default_local_dir={where}", *extra])
+
+    message = finished_run(config())
+    assert message.startswith(f"[egpo] the run in {where} is finished: its checkpoint is at step 3 of its 3")
+    assert "trainer.total_training_steps=6" in message
+    assert finished_run(config("trainer.total_training_steps=6")) is None  # extended: step 4 is to train
+    assert finished_run(config("trainer.resume_mode=disable")) is None
+    run(config())  # returns before Ray starts: nothing is trained or written
+    assert "is finished" in capsys.readouterr().out
+    assert sorted(p.name for p in where.iterdir()) == ["global_step_3", "latest_checkpointed_iteration.txt"]
