@@ -163,3 +163,15 @@ def test_a_second_pools_placement_groups_sort_against_every_node(monkeypatch):
         assert base.sort_placement_group_by_node_ip(reward_pool_groups) == reward_pool_groups
         assert set(agent_loop_placement()) == {OWN} and set(reward_loop_placement()) == {OWN}
     assert set(agent_loop_placement()) == {OWN, FOREIGN}  # outside: verl's own round-robin over every node
+
+
+def test_the_placing_methods_are_wrapped_once_however_often_a_run_places():
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    from egpo.patching import MARK
+
+    for _ in range(3):
+        with placing_on_run_nodes(lambda: {OWN}):
+            pass
+    method = AgentLoopManager._init_agent_loop_workers
+    assert getattr(method, MARK, None) is not None and getattr(method.__wrapped__, MARK, None) is None

@@ -87,10 +87,16 @@ def _narrowed(original, *args, **kwargs):
         return original(*args, **kwargs)
 
 
-def placing_patches():
+_PATCHES: list = []
+
+
+def placing_patches() -> list:
+    """The two placing methods' patches, made once per process (a Patch is idempotent as the same object)."""
     from egpo.patching import Patch
 
-    return [Patch(target, _narrowed) for target in PLACING_METHODS]
+    if not _PATCHES:
+        _PATCHES.extend(Patch(target, _narrowed) for target in PLACING_METHODS)
+    return _PATCHES
 
 
 @contextmanager
