@@ -45,7 +45,9 @@ def test_bf16_entropy_is_off_and_verls_chunked_entropy_is_fp32():
     plain = verl_F.entropy_from_logits(logits).double()
     chunked = verl_F.entropy_from_logits_with_chunking(logits, chunk_size=4).double()
     assert (plain - reference).abs().max() > 0.05
-    torch.testing.assert_close(chunked, reference, rtol=0, atol=1e-3)
+    # fp32 sums of 151,936 terms around 30: an error of ~1e-3 nat that follows the CPU's summation order (1.9e-3 on
+    # an AVX-512 machine), an order of magnitude under bf16's
+    torch.testing.assert_close(chunked, reference, rtol=0, atol=5e-3)
 
 
 @pytest.mark.parametrize("source", ["actor", "rollout"])
