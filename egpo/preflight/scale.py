@@ -297,9 +297,7 @@ def leftover_checkpoints(config) -> tuple[list[Path], int]:
     from egpo.run_dir import resumed_step
 
     where = Path(str(config.trainer.default_local_dir)).expanduser()
-    if str(config.trainer.get("resume_mode", "auto")) == "disable" or not where.is_dir():
-        return [], 0
-    if not resumed_step(config, where):
+    if not where.is_dir() or not resumed_step(config, where):  # resumed_step is 0 under resume_mode=disable
         return [], 0
     folders = sorted(p for p in where.glob("global_step_*") if p.is_dir())
     size = sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
