@@ -36,7 +36,9 @@ def run(config: DictConfig) -> None:
     if finished:
         print(finished, flush=True)
         return
-    with RunOutputs(config):
+    from egpo.cpu.vllm_rollout import SegmentsOfThisRun
+
+    with RunOutputs(config), SegmentsOfThisRun(config):
         main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 
 

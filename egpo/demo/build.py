@@ -18,9 +18,12 @@ from pathlib import Path
 from egpo.demo.tokenizer import build_tokenizer
 
 DATA_SOURCE = "egpo_demo_arithmetic"
+HEAD_DIM = 16
+VLLM_HEAD_DIM = 32  # vLLM's CPU attention runs heads of 32 and up (egpo.cpu.vllm_rollout.CPU_ATTENTION_HEAD_SIZES)
+VLLM_DEMO = "vllm"  # a vLLM rollout's demo: <out>/vllm
 
 
-def build_model(out: Path, seed: int = 0, initializer_range: float = 0.02, head_dim: int = 16) -> Path:
+def build_model(out: Path, seed: int = 0, initializer_range: float = 0.02, head_dim: int = HEAD_DIM) -> Path:
     """``initializer_range`` 0.02 (transformers' default) gives near-uniform next-token distributions (entropy about
     ln V everywhere); 0.5 gives a model whose per-token entropies span roughly 0-3 nats (a sharper test).
     ``head_dim`` 32 suits vLLM's CPU attention (which needs >= 32); the hidden size stays 64."""
@@ -80,11 +83,23 @@ def build_data(out: Path, n_train: int = 64, n_val: int = 8) -> Path:
     return out
 
 
-def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, warm: bool = False) -> Path:
+def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, warm: bool = False,
+          head_dim: int | None = None) -> Path:
+    """``head_dim`` None: :data:`HEAD_DIM`. A model already there with other heads is an error (never rebuilt over)."""
     out = Path(out)
+    head_dim = head_dim or HEAD_DIM
     marker = out / "model" / ("warm_stats.json" if warm else "config.json")
+    if not force and (out / "model" / "config.json").exists():
+        import json
+
+        found = json.loads((out / "model" / "config.json").read_text()).get("head_dim")
+        if found != head_dim:
+            from egpo.errors import EgpoConfigError
+
+            raise EgpoConfigError(f"the demo model in {out / 'model'} has attention heads of {found}, not {head_dim}: "
+                             "build it elsewhere (egpo_demo.out=...) or rebuild it (python -m egpo.demo.build --force)")
     if force or not marker.exists():
-        build_model(out / "model", seed=seed)
+        build_model(out / "model", seed=seed, head_dim=head_dim)
         if warm:
             from egpo.demo.warm import warm_start
 

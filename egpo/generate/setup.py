@@ -124,5 +124,8 @@ def launch(config) -> None:
     from egpo.generate.runner import GenerateTaskRunner
     from egpo.trainer.placement import OnDriverNode
 
+    from egpo.cpu.vllm_rollout import SegmentsOfThisRun
+
     register_estimator()
-    main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(GenerateTaskRunner)))
+    with SegmentsOfThisRun(config):
+        main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(GenerateTaskRunner)))

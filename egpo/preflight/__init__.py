@@ -57,6 +57,11 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
     attention = attention_finding(config)
     if attention is not None:
         findings.append(attention)
+    from egpo.cpu.vllm_rollout import leftover_finding
+
+    leftover = leftover_finding(config)
+    if leftover is not None:
+        findings.append(leftover)
     findings += logger_findings(config)
     findings += batch_findings(config)
     if settings is not None:

@@ -18,13 +18,22 @@ from egpo.errors import EgpoConfigError, EgpoError
 from egpo.preflight.findings import Finding, error, warning
 
 
-def build_demo_if_missing(config: DictConfig) -> None:
-    """Recipes with an ``egpo_demo`` node (recipes/cpu_smoke.yaml) get the tiny model and task built on first use."""
+def build_demo_if_missing(config: DictConfig, echo=print) -> None:
+    """Recipes with an ``egpo_demo`` node (recipes/cpu_smoke.yaml) get the tiny model and task built on first use; a
+    vLLM rollout's in ``<egpo_demo.out>/vllm``, with the attention heads vLLM's CPU attention runs."""
     demo = config.get("egpo_demo", None)
     if demo and demo.get("build_if_missing", False):
-        from egpo.demo.build import build
+        from egpo.demo.build import VLLM_DEMO, build
 
-        build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)))
+        head_dim = None
+        if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None) == "vllm":
+            from egpo.demo.build import VLLM_HEAD_DIM
+
+            head_dim = VLLM_HEAD_DIM
+            demo.out = f"{str(demo.out).rstrip('/')}/{VLLM_DEMO}"
+            echo(f"[egpo] the demo for rollout.name=vllm: {demo.out} (attention heads of {head_dim}, the smallest "
+                 "vLLM's CPU attention runs)")
+        build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)), head_dim=head_dim)
 
 
 def pass_probe_settings_to_workers(config: DictConfig) -> None:
@@ -137,7 +146,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
         result.findings.append(warning("demo", "the demo model was not built (the run is refused above), so its "
                                                "tokenizer was not read"))
     elif demo_missing:
-        demo_missing = not step("demo", build_demo_if_missing, config)
+        demo_missing = not step("demo", build_demo_if_missing, config, echo)
     step("paths", resolve_local_paths, config)
     step("outputs", complete_run_outputs, config)
     step("console", quiet_workers, config)

