@@ -227,31 +227,12 @@ def update_batch(tokens: int, sequence: int, vocab: int, calculate_entropy: bool
 
 
 def saved_bytes(fn, parameters: set[tuple[int, ...]]) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs; tensors of a parameter's full
+    """Bytes autograd saves for backward while ``fn`` runs (``bench/saved_tensors.py``); tensors of a parameter's full
     shape (FSDP's gathered parameters, which it gathers again for the backward pass) left out."""
-    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from saved_tensors import saved_bytes as count
 
-    seen, total, held = set(), [0], []
-
-    def pack(tensor):
-        inner = tensor.values() if getattr(tensor, "is_nested", False) else tensor
-        inner = getattr(inner, "_local_tensor", inner)
-        if tuple(inner.shape) in parameters:
-            return tensor
-        try:
-            storage = inner.untyped_storage()
-            key, size = storage.data_ptr(), storage.nbytes()
-        except (RuntimeError, NotImplementedError):
-            return tensor
-        if key and key not in seen:
-            seen.add(key)
-            total[0] += size
-            held.append(inner)
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        fn()
-    return total[0]
+    return count(fn, skip=lambda tensor: tuple(tensor.shape) in parameters)
 
 
 def _rss_peak_reset() -> int:

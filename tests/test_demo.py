@@ -68,3 +68,27 @@ def test_step_lines_parse_under_numpy_2():
 
     line = "(EgpoTaskRunner pid=1) step:2 - egpo/bonus_mean:np.float64(0.25) - actor/entropy:4.5 - n:np.int64(7) - x:abc"
     assert step_metrics(line) == {2: {"egpo/bonus_mean": 0.25, "actor/entropy": 4.5, "n": 7.0}}
+
+
+def test_the_warm_demos_figures_the_docs_quote_are_the_shipped_models_own():
+    """docs/ablation.md and docs/evidence.md quote the shipped warm model's measured statistics, not older ones."""
+    import json
+
+    from egpo.demo.build import SHIPPED_WARM
+
+    stats = json.loads((SHIPPED_WARM / "model" / "warm_stats.json").read_text())
+    docs = SHIPPED_WARM.parent / "docs"
+    accuracy = f"{stats['accuracy'] * 100:.1f}%"
+    assert accuracy in (docs / "ablation.md").read_text()
+    evidence = (docs / "evidence.md").read_text()
+    for figure in (accuracy, f"{stats['think_closed'] * 100:.1f}%", f"CoT entropy {stats['cot_entropy_mean']:.2f}"):
+        assert figure in evidence, figure
+
+
+def test_a_warm_demo_of_the_shipped_seed_is_the_shipped_model_copied(tmp_path, capsys):
+    from egpo.demo.build import SHIPPED_WARM
+
+    out = build(tmp_path / "demo", warm=True, seed=0)
+    assert "the warm demo model: the repository's" in capsys.readouterr().out
+    for name in ("model.safetensors", "warm_stats.json", "tokenizer.json"):
+        assert (out / "model" / name).read_bytes() == (SHIPPED_WARM / "model" / name).read_bytes()

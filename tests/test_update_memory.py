@@ -121,30 +121,15 @@ def is_embedding(tensor) -> bool:
 
 
 def saved_bytes(fn, skip=lambda tensor: False) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs (each held until the end, so that
-    a later micro-batch's tensors cannot reuse a freed one's memory and be counted as the same). Tensors ``skip``
-    names are left out."""
-    seen, total, held = set(), [0], []
+    """``bench/saved_tensors.py``'s counter (the verl update bench counts with it too)."""
+    import importlib.util
+    from pathlib import Path
 
-    def pack(tensor):
-        inner = tensor.values() if getattr(tensor, "is_nested", False) else tensor
-        inner = getattr(inner, "_local_tensor", inner)  # a DTensor's shard
-        if skip(inner):
-            return tensor
-        try:
-            storage = inner.untyped_storage()
-            key, size = (storage.data_ptr(), storage.nbytes()), storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # a wrapper without a storage of its own
-            key, size = (id(inner), 0), inner.numel() * inner.element_size()
-        if key not in seen and key[0] != 0:
-            seen.add(key)
-            total[0] += size
-            held.append(inner)
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        fn()
-    return total[0]
+    path = Path(__file__).resolve().parents[1] / "bench" / "saved_tensors.py"
+    spec = importlib.util.spec_from_file_location("egpo_bench_saved_tensors", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.saved_bytes(fn, skip)
 
 
 @pytest.mark.skipif(VERL != "0.9.1", reason="verl 0.9.1's engine worker (the one whose update backpropagates the "

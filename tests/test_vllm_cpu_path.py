@@ -93,6 +93,14 @@ def test_the_cpu_recipe_with_vllm_passes(vllm_cpu_installed, source):
 
 
 @pytest.mark.skipif(VERL != "0.9.1", reason="verl's vLLM path on a CPU runs on verl 0.9.1")
+@pytest.mark.parametrize("arm", ["grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"])
+def test_the_ablations_vllm_arms_pass_on_the_cpu_recipe(vllm_cpu_installed, arm):
+    from egpo.ablation import ARMS
+
+    checks(smoke(*ARMS[arm]))
+
+
+@pytest.mark.skipif(VERL != "0.9.1", reason="verl's vLLM path on a CPU runs on verl 0.9.1")
 def test_every_vllm_cpu_fix_works_when_pasted_verbatim(vllm_cpu_installed):
     removed = ["~actor_rollout_ref.rollout.enable_sleep_mode", "~actor_rollout_ref.rollout.engine_kwargs.vllm"]
     with pytest.raises(EgpoConfigError) as err:

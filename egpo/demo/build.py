@@ -83,6 +83,26 @@ def build_data(out: Path, n_train: int = 64, n_val: int = 8) -> Path:
     return out
 
 
+# the warm demo the repository ships (recipes/cpu_warm.yaml's: seed 0, heads of 16), where egpo is installed from it
+SHIPPED_WARM = Path(__file__).resolve().parents[2] / ".egpo_demo_warm"
+SHIPPED_WARM_SEED = 0
+
+
+def copy_shipped_warm_model(out: Path, seed: int, head_dim: int) -> bool:
+    """The warm model asked for is the one the repository ships (its seed and heads): copied, not fine-tuned again
+    (the fine-tuning takes minutes on a CPU). Returns whether it was."""
+    import shutil
+
+    shipped = SHIPPED_WARM / "model"
+    if (seed != SHIPPED_WARM_SEED or head_dim != HEAD_DIM or not (shipped / "warm_stats.json").is_file()
+            or out.resolve() == SHIPPED_WARM.resolve()):
+        return False
+    shutil.copytree(shipped, out / "model", dirs_exist_ok=True)
+    print(f"[egpo] the warm demo model: the repository's ({shipped}, seed {seed}), copied into {out / 'model'}",
+          flush=True)
+    return True
+
+
 def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, warm: bool = False,
           head_dim: int | None = None) -> Path:
     """``head_dim`` None: :data:`HEAD_DIM`. A model already there with other heads is an error (never rebuilt over)."""
@@ -98,7 +118,9 @@ def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, wa
 
             raise EgpoConfigError(f"the demo model in {out / 'model'} has attention heads of {found}, not {head_dim}: "
                              "build it elsewhere (egpo_demo.out=...) or rebuild it (python -m egpo.demo.build --force)")
-    if force or not marker.exists():
+    if not force and warm and not marker.exists() and copy_shipped_warm_model(out, seed, head_dim):
+        pass
+    elif force or not marker.exists():
         build_model(out / "model", seed=seed, head_dim=head_dim)
         if warm:
             from egpo.demo.warm import warm_start

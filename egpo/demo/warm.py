@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import torch
@@ -54,7 +55,11 @@ def fine_tune(model_dir: Path, seed: int, steps: int = 400, batch: int = 32, lr:
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     pad = tokenizer.pad_token_id
-    for _ in range(steps):
+    started = time.monotonic()
+    for step in range(steps):
+        if step % 50 == 0:
+            print(f"[egpo] warming the demo model in {model_dir}: step {step}/{steps}, "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
         pairs = _examples(tokenizer, batch, rng)
         width = max(len(p) + len(r) for p, r in pairs)
         ids = torch.full((batch, width), pad, dtype=torch.long)
