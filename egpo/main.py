@@ -38,7 +38,7 @@ def run(config: DictConfig) -> None:
         return
     from egpo.cpu.vllm_rollout import SegmentsOfThisRun
 
-    with RunOutputs(config), SegmentsOfThisRun(config):
+    with SegmentsOfThisRun(config), RunOutputs(config):
         main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
 
 

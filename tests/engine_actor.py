@@ -17,6 +17,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from egpo.probe.engine_probe import ProbeTrainingWorker
+from ray_cluster import free_ports
 
 B, P, R = 8, 6, 10
 
@@ -58,7 +59,7 @@ def select_cpu(cfg):
 def worker_env(rank: int = 0, world: int = 1):
     """The variables verl's Worker reads at construction, only for it."""
     values = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": os.environ.get("MASTER_PORT", "29641")}
+              "MASTER_PORT": os.environ.get("MASTER_PORT") or str(free_ports(1)[0])}
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:

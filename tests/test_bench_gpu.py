@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from ray_cluster import free_ports
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu_update_memory.py"
 
@@ -52,7 +53,7 @@ def test_verls_own_update_bench_runs_on_a_cpu_without_ray_and_measures_the_entro
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, str(VERL_BENCH), "--device", "cpu", "--shape", "tiny", "--tokens", "256",
                            "--json", str(out)], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "EGPO_BENCH_STAND_INS": "ray,datasets", "MASTER_PORT": "29653"})
+                          env={**os.environ, "EGPO_BENCH_STAND_INS": "ray,datasets", "MASTER_PORT": str(free_ports(1)[0])})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["stand_ins"] == ["ray", "datasets"]

@@ -102,12 +102,14 @@ def test_every_ci_lane_that_runs_tests_prints_the_versions_its_environment_resol
     import sys
 
     script = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
-    lanes = re.split(r'^lane "', script, flags=re.M)[1:]
-    tested = [lane for lane in lanes if "pytest" in lane]
-    assert len(tested) >= 10
-    for lane in tested:
-        env = re.search(r"\. (\.venv[\w.\-]*)/bin/activate", lane).group(1)
-        assert f"\nresolved {env}\n" in lane, lane.splitlines()[0]
+    # pytest runs in one place, run_lane, which prints what the lane's environment resolved first
+    assert script.count("python -m pytest") == 1
+    runner = re.search(r"^run_lane\(\) \{.*?^\}", script, flags=re.M | re.S).group(0)
+    assert runner.index('resolved "$env"') < runner.index("python -m pytest")
+    lanes = re.findall(r'(?:run_lane|lane_or_note) \\?\s*"[^"]+" (\.venv[\w.\-]*)', script)
+    assert len(lanes) >= 10, lanes
+    for env in lanes:  # every lane's environment is one CI builds
+        assert re.search(rf"(new_stack|layer \S+|python3 -m venv) {re.escape(env)}\b", script), env
     function = re.search(r"^resolved\(\) \{.*?^\}", script, flags=re.M | re.S).group(0)
     prefix = str(Path(sys.executable).parent.parent)
     out = subprocess.run(["bash", "-c", f"{function}\nresolved {prefix}"], capture_output=True, text=True,

@@ -10,7 +10,7 @@ import torch
 from egpo.demo.smoke_run import run_smoke, step_metrics
 from test_main_cpu import COMMON, assert_trained
 
-from conftest import require_sglang  # noqa: E402
+from conftest import VERL, require_sglang  # noqa: E402
 
 require_sglang()
 
@@ -70,6 +70,8 @@ def test_rollout_entropy_weight_sync_and_resume(tmp_path, demo):
     assert later[3][ROLLOUT_VS_ACTOR_PROBS] < 1e-5
 
 
+@pytest.mark.skipif(VERL == "0.7.1", reason="the actor's entropy and bypass mode are verl's paths and egpo's estimator, "
+                    "the same beside either sglang: on verl 0.9.1 (sglang 0.5.6.post2's own entry path runs above)")
 @pytest.mark.parametrize("overrides", [("algorithm.entropy_source=actor",),
                                        ("algorithm.entropy_source=rollout", "algorithm.rollout_correction.bypass_mode=true")],
                          ids=["actor", "rollout_bypass"])

@@ -22,6 +22,7 @@ from verl.workers.actor import DataParallelPPOActor
 from egpo.demo.build import build_model
 from egpo.probe.actor_probe import ActorProbe
 from egpo.probe.settings import ProbeSettings
+from ray_cluster import free_ports
 
 B, P, R = 8, 6, 10
 
@@ -30,7 +31,7 @@ B, P, R = 8, 6, 10
 def setup(tmp_path_factory):
     created = False
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29611", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_ports(1)[0]}", rank=0, world_size=1)
         created = True
     path = build_model(tmp_path_factory.mktemp("probe_actor") / "model")
     with initialize_config_module("egpo.config", version_base=None):

@@ -26,6 +26,7 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 from egpo.demo.build import build_model  # noqa: E402
 from egpo.probe.engine_probe import EngineProbe  # noqa: E402
 from egpo.probe.settings import ProbeSettings  # noqa: E402
+from ray_cluster import free_ports
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def model_path(tmp_path_factory):
 def setup(model_path):
     created = False
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29613", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_ports(1)[0]}", rank=0, world_size=1)
         created = True
     cfg = compose_actor_config(model_path)
     restore = select_cpu(cfg)
@@ -153,8 +154,8 @@ def test_two_ranks_with_prompt_groups_across_them_give_the_one_rank_figures(mode
     """FSDP2 over two gloo ranks, rows split 4 | 4 and prompt groups of 3, so one group straddles the ranks and the
     ranks hold different numbers of groups and micro-batches. The probe's passes stay collective-safe (no hang) and
     its global groups give the figures of one rank holding the whole batch."""
-    one = run_ranks(model_path, tmp_path / "one.json", world=1, port=29651)
-    two = run_ranks(model_path, tmp_path / "two.json", world=2, port=29652)
+    one = run_ranks(model_path, tmp_path / "one.json", world=1, port=free_ports(1)[0])
+    two = run_ranks(model_path, tmp_path / "two.json", world=2, port=free_ports(1)[0])
     assert two["probe/optimizer_steps"] == one["probe/optimizer_steps"] == 1
     # the sums over all pairs agree to fp32 rounding; the same/cross split and the cross-fit go through the first
     # step's preconditioner 1/(|g| sqrt(1 - beta2) + eps), which magnifies rounding where g ~ 0
@@ -167,6 +168,6 @@ def test_two_ranks_with_prompt_groups_across_them_give_the_one_rank_figures(mode
     assert two["param_checksum"] == pytest.approx(one["param_checksum"], rel=1e-9)
     # control: had each rank grouped only its own rows, the straddling group would count as two, and the same-prompt
     # part would lose its cross-rank pairs: a change far outside the tolerance above
-    per_rank = run_ranks(model_path, tmp_path / "split.json", world=1, port=29653,
+    per_rank = run_ranks(model_path, tmp_path / "split.json", world=1, port=free_ports(1)[0],
                          uids=["p0", "p0", "p0", "p1", "p1b", "p1b", "p2", "p2"])
     assert abs(per_rank["probe/attr_same_prompt"] / one["probe/attr_same_prompt"] - 1) > 0.1

@@ -24,6 +24,7 @@ from conftest import VERL
 from test_preflight import composed, overrides_for, workdir  # noqa: F401 - the data the qwen3 recipes read
 
 from egpo.ablation import ARM_SETS, ARMS, seed_overrides
+from ray_cluster import free_ports
 
 ARMS_UNDER_TEST = ARM_SETS["entropy_methods"]
 BONUS_ARMS = {"grpo_entbonus"}  # the arms whose method is the update-time entropy
@@ -145,7 +146,7 @@ def test_the_update_saves_nothing_vocabulary_sized_but_the_bonus(wide_model, dem
     monkeypatch.chdir(workdir)
     created = not dist.is_initialized()
     if created:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29617", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_ports(1)[0]}", rank=0, world_size=1)
     base = compose_actor_config(wide_model)
     restore = select_cpu(base)
     try:

@@ -241,10 +241,11 @@ def leftover_finding(config):
 
 
 class SegmentsOfThisRun:
-    """Around a CPU run with vLLM: the segments it created in /dev/shm that outlive it are removed once no process
-    maps them (waiting a little for vLLM's processes to end after Ray's)."""
+    """Around a CPU run with vLLM: the segments it created in /dev/shm that outlive it are removed at the process's
+    exit (after the run's closing lines, which Ray forwards until its shutdown), once Ray is shut down and no process
+    maps them (waiting a little for vLLM's processes to end). Said only where one is still mapped."""
 
-    def __init__(self, config, echo=print, wait_s: float = 20.0):
+    def __init__(self, config, echo=None, wait_s: float = 20.0):
         self.active = uses_vllm_on_cpu(config) and SHM.is_dir()
         self.echo, self.wait_s = echo, wait_s
 
@@ -253,8 +254,13 @@ class SegmentsOfThisRun:
         return self
 
     def __exit__(self, *exc):
-        if not self.active:
-            return False
+        if self.active:
+            import atexit
+
+            atexit.register(self.clean)  # before Ray's own shutdown at exit (atexit runs the later first)
+        return False
+
+    def clean(self) -> list[Path]:
         import time
 
         import ray
@@ -271,9 +277,7 @@ class SegmentsOfThisRun:
             if not new or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        if removed:
-            self.echo(f"[egpo] removed {len(removed)} shared-memory segment(s) the run's vLLM engine left in {SHM}")
         if new:
-            self.echo(f"[egpo] {len(new)} shared-memory segment(s) the run created are still mapped: "
-                      f"{' '.join(sorted(new))} in {SHM}")
-        return False
+            (self.echo or print)(f"[egpo] {len(new)} shared-memory segment(s) the run's vLLM engine created are still "
+                                 f"mapped after {self.wait_s:.0f} s: {' '.join(sorted(new))} in {SHM}")
+        return removed
