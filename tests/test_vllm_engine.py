@@ -198,3 +198,44 @@ def test_sampled_tokens_and_log_probs_are_those_of_an_unpatched_engine(llm):
     # nothing left behind: not on the worker's sampler, not in the front end (requests and their entropy are gone)
     assert sampler_stash(llm) is None
     assert not llm.llm_engine.output_processor.request_states
+
+
+def test_the_cpu_facts_egpos_vllm_path_reads_are_the_installed_builds():
+    """What egpo's start-up check and keep-weights patch take from vLLM's CPU build (egpo.cpu.vllm_rollout): the
+    attention head sizes, and the shape of the function the patch wraps."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from egpo.cpu.vllm_rollout import CPU_ATTENTION_HEAD_SIZES, KEEP_LINEAR_WEIGHTS, KEEP_LINEAR_WEIGHTS_PARAMETERS
+    from egpo.patching import parameters
+
+    assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == CPU_ATTENTION_HEAD_SIZES
+    assert parameters(KEEP_LINEAR_WEIGHTS.original()) == KEEP_LINEAR_WEIGHTS_PARAMETERS
+
+
+def test_kept_linear_weights_stay_loadable_and_the_packed_layer_computes_the_same():
+    """vLLM's CPU build packs a linear weight and drops the parameter verl's push loads into; with egpo's patch the
+    parameter (and its loader) stays, and the packed layer still computes x @ W^T."""
+    from vllm.model_executor.layers import utils
+
+    from egpo.cpu.vllm_rollout import KEEP_LINEAR_WEIGHTS
+
+    def layer():
+        module = torch.nn.Module()
+        module.weight = torch.nn.Parameter(torch.randn(64, 64, generator=torch.Generator().manual_seed(0)),
+                                           requires_grad=False)
+        module.weight.weight_loader = lambda param, loaded: param.data.copy_(loaded)
+        return module
+
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+    plain = layer()
+    utils.dispatch_cpu_unquantized_gemm(plain, remove_weight=True)
+    assert plain.weight.numel() == 0 and not hasattr(plain.weight, "weight_loader")  # what verl's push meets
+    KEEP_LINEAR_WEIGHTS.apply()
+    try:
+        kept = layer()
+        expected = x @ kept.weight.T
+        utils.dispatch_cpu_unquantized_gemm(kept, remove_weight=True)
+        assert kept.weight.shape == (64, 64) and hasattr(kept.weight, "weight_loader")
+        torch.testing.assert_close(kept.cpu_linear(x, kept.weight, None), expected, rtol=1e-4, atol=1e-4)
+    finally:
+        KEEP_LINEAR_WEIGHTS.remove()
