@@ -199,3 +199,14 @@ def test_only_segments_no_process_maps_are_named_and_removed(tmp_path):
         finally:
             held.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["psm_mapped", "unrelated", "verl_weights_left"]
+
+
+def test_the_preflight_names_what_a_killed_run_left_in_shm_with_the_rm_line(tmp_path, monkeypatch):
+    (tmp_path / "verl_weights_0f").write_bytes(b"\1" * 8192)
+    (tmp_path / "other").write_bytes(b"\1" * 8192)
+    monkeypatch.setattr(vllm_rollout, "SHM", tmp_path)
+    monkeypatch.setattr(vllm_rollout, "unmapped_segments", lambda: [tmp_path / "verl_weights_0f"])
+    finding = vllm_rollout.leftover_finding(smoke(VLLM_CPU))
+    assert finding.level == "warning"
+    assert f"rm {tmp_path / 'verl_weights_0f'}" in finding.text and "verl's weight-push bucket" in finding.text
+    assert vllm_rollout.leftover_finding(smoke()) is None  # the hf rollout: nothing of vLLM's to name
