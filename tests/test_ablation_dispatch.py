@@ -557,3 +557,25 @@ def test_a_stalled_attempt_that_logged_no_step_is_no_fast_failure(tmp_path):
     client = Stalling({n: [["RUNNING", "FAILED"], ["RUNNING", "SUCCEEDED"]] for n in names})
     assert dispatch(client, max_parallel=1, retries=1).run(runs(tmp_path, names)) == []
     assert len(client.submitted) == 6
+
+
+def test_sigterm_ends_the_ablation_through_ctrl_cs_path(monkeypatch):
+    """A scheduler's SIGTERM raises the KeyboardInterrupt Ctrl-C raises, so it stops what the ablation started the
+    same way (the cluster test sends Ctrl-C to a real ablation)."""
+    from egpo.ablation import cli
+
+    class Parsed(Exception):
+        pass
+
+    class Args:
+        def __getattr__(self, name):
+            raise Parsed
+
+    installed = {}
+    monkeypatch.setattr(cli, "parse", lambda argv: Args())
+    monkeypatch.setattr(cli.signal, "signal", lambda signum, handler: installed.setdefault(signum, handler))
+    with pytest.raises(Parsed):
+        cli.main(["--arms", "grpo"])
+    assert installed == {signal.SIGTERM: cli.stop_as_on_ctrl_c}
+    with pytest.raises(KeyboardInterrupt):
+        cli.stop_as_on_ctrl_c(signal.SIGTERM, None)
