@@ -304,6 +304,7 @@ def test_the_worker_keys_hf_requests_by_row_only(monkeypatch):
         seen.append((sampling_params, kwargs))
 
     monkeypatch.setattr(AgentLoopWorker, "_run_agent_loop", verls)
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)  # a GPU's workers (vLLM on a CPU: below)
     worker = EntropyAgentLoopWorker.__new__(EntropyAgentLoopWorker)
     shared = {"temperature": 1.0}
     for name in ("hf", "sglang", "vllm"):
@@ -312,3 +313,13 @@ def test_the_worker_keys_hf_requests_by_row_only(monkeypatch):
     (hf, hf_kwargs), (sglang, _), (vllm, _) = seen
     assert hf == {"temperature": 1.0, SAMPLE_KEY: (41, 2, False)} and sglang == vllm == shared == {"temperature": 1.0}
     assert hf_kwargs == {"agent_name": "single_turn_agent", "trace": False}
+
+    # vLLM on egpo's CPU platform: vLLM's own per-request seed, from the rollout seed, the step and the row
+    from egpo.cpu.vllm_rollout import row_seed
+    from egpo.rollout.hf.seeded_sampling import request_seed
+
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    worker.rollout_config = type("Rollout", (), {"name": "vllm", "seed": 5})()
+    asyncio.run(worker._run_agent_loop(shared, trajectory, agent_name="single_turn_agent", trace=False))
+    assert seen[-1][0] == {"temperature": 1.0, "seed": request_seed(5, 3, 41, 2, False)}
+    assert row_seed(worker.rollout_config, trajectory) == request_seed(5, 3, 41, 2, False)

@@ -38,8 +38,12 @@ def assert_trained(proc, source: str, compared: bool):
     return steps
 
 
-@pytest.mark.parametrize("source", ["actor", pytest.param("rollout", marks=pytest.mark.skipif(
-    VERL == "0.9.1", reason="on verl 0.9.1 README's run trains with rollout entropy (tests/test_docs_figures.py)"))])
+@pytest.mark.parametrize("source", [
+    pytest.param("actor", marks=pytest.mark.skipif(
+        VERL == "0.7.1", reason="the actor's entropy into egpo's estimator is the same on both stacks: on verl 0.9.1 "
+                                "(verl 0.7.1's actor computes it in the rollout run beside, for the agreement)")),
+    pytest.param("rollout", marks=pytest.mark.skipif(
+        VERL == "0.9.1", reason="on verl 0.9.1 README's run trains with rollout entropy (tests/test_docs_figures.py)"))])
 def test_two_egpo_steps(tmp_path, demo, source):
     proc = run_smoke(tmp_path, demo, f"algorithm.entropy_source={source}", *COMMON)
     steps = assert_trained(proc, source, compared=True)
@@ -55,6 +59,8 @@ def test_two_egpo_steps(tmp_path, demo, source):
     assert "[egpo] step 2:" in (where / "log.txt").read_text()
 
 
+@pytest.mark.skipif(VERL == "0.7.1", reason="bypass mode is verl's rollout correction and egpo's estimator, the same "
+                    "on both stacks: on verl 0.9.1")
 def test_rollout_entropy_in_bypass_mode(tmp_path, demo):
     proc = run_smoke(tmp_path, demo, "algorithm.entropy_source=rollout", "algorithm.rollout_correction.bypass_mode=true", *COMMON)
     steps = assert_trained(proc, "rollout", compared=False)

@@ -126,12 +126,13 @@ def alias_vllm_cpu_build() -> bool:
 def row_seed(rollout_config, trajectory: dict) -> int:
     """vLLM's ``SamplingParams.seed`` for one request of egpo's agent loop: the rollout seed (verl's
     ``rollout.seed``, else egpo's ``rollout.custom.seed``), the step and the row (:func:`egpo.rollout.agent_loop.sample_key`)."""
+    from egpo.compat.seeds import _get
     from egpo.rollout.agent_loop import sample_key
     from egpo.rollout.hf.seeded_sampling import request_seed
 
-    base = rollout_config.get("seed", None)
+    base = _get(rollout_config, "seed")
     if base is None:
-        base = (rollout_config.get("custom", None) or {}).get("seed", 0)
+        base = _get(_get(rollout_config, "custom"), "seed", 0)
     step = trajectory.get("step", -1)
     return request_seed(int(base or 0), int(step.item() if hasattr(step, "item") else step), *sample_key(trajectory))
 

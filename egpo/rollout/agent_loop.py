@@ -137,10 +137,11 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
         # the hf server seeds each request from its row, not from its arrival among copies of the same prompt
         if self.rollout_config.name == "hf":
             sampling_params = {**sampling_params, SAMPLE_KEY: sample_key(trajectory)}
-        elif self.rollout_config.name == "vllm" and self.config.trainer.get("device", "cuda") == "cpu":
-            from egpo.cpu.vllm_rollout import row_seed  # vLLM on a CPU: a seed per row (vLLM's per-request generator)
+        elif self.rollout_config.name == "vllm":
+            from egpo.cpu.vllm_rollout import on_cpu_platform, row_seed
 
-            sampling_params = {**sampling_params, "seed": row_seed(self.rollout_config, trajectory)}
+            if on_cpu_platform():  # vLLM on a CPU: a seed per row (vLLM's per-request generator)
+                sampling_params = {**sampling_params, "seed": row_seed(self.rollout_config, trajectory)}
         return await super()._run_agent_loop(sampling_params, trajectory, **kwargs)
 
     def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):
