@@ -12,6 +12,7 @@ import pytest
 
 from conftest import VERL
 from egpo.cpu import vllm_rollout
+from egpo.rollout.agent_loop import row_seed
 from egpo.settings import EgpoConfigError
 from egpo.trainer import startup_checks
 from test_startup_checks import checks, pasted_fixes, smoke
@@ -177,11 +178,11 @@ def test_a_rows_seed_is_the_hash_of_the_rollout_seed_the_step_and_the_row():
 
     rollout = OmegaConf.create({"seed": 7, "custom": {"seed": 3}})
     row = {"step": 2, "sample_index": 5, "rollout_n": 1, "validate": False}
-    assert vllm_rollout.row_seed(rollout, row) == request_seed(7, 2, 5, 1, False)
+    assert row_seed(rollout, row) == request_seed(7, 2, 5, 1, False)
     others = [{**row, "rollout_n": 0}, {**row, "step": 3}, {**row, "sample_index": 6}, {**row, "validate": True}]
-    assert len({vllm_rollout.row_seed(rollout, r) for r in [row, *others]}) == 5
+    assert len({row_seed(rollout, r) for r in [row, *others]}) == 5
     # verl 0.7.1 has no rollout.seed: egpo's own
-    assert vllm_rollout.row_seed(OmegaConf.create({"custom": {"seed": 3}}), row) == request_seed(3, 2, 5, 1, False)
+    assert row_seed(OmegaConf.create({"custom": {"seed": 3}}), row) == request_seed(3, 2, 5, 1, False)
 
 
 # --------------------------------------------------------------------------------------------------- /dev/shm
@@ -210,3 +211,17 @@ def test_the_preflight_names_what_a_killed_run_left_in_shm_with_the_rm_line(tmp_
     assert finding.level == "warning"
     assert f"rm {tmp_path / 'verl_weights_0f'}" in finding.text and "verl's weight-push bucket" in finding.text
     assert vllm_rollout.leftover_finding(smoke()) is None  # the hf rollout: nothing of vLLM's to name
+
+
+def test_the_cpu_entry_point_is_registered_for_vllm_and_acts_only_on_the_cpu_platform(monkeypatch):
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert found.get("egpo_cpu_vllm") == "egpo.cpu.vllm_rollout:load"
+    prepared = []
+    monkeypatch.setattr(vllm_rollout, "prepare_vllm_process", lambda: prepared.append(True))
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    vllm_rollout.load()
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    vllm_rollout.load()
+    assert prepared == [True]

