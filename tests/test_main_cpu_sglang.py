@@ -70,15 +70,10 @@ def test_rollout_entropy_weight_sync_and_resume(tmp_path, demo):
     assert later[3][ROLLOUT_VS_ACTOR_PROBS] < 1e-5
 
 
-@pytest.mark.skipif(VERL == "0.7.1", reason="the actor's entropy and bypass mode are verl's paths and egpo's estimator, "
-                    "the same beside either sglang: on verl 0.9.1 (sglang 0.5.6.post2's own entry path runs above)")
-@pytest.mark.parametrize("overrides", [("algorithm.entropy_source=actor",),
-                                       ("algorithm.entropy_source=rollout", "algorithm.rollout_correction.bypass_mode=true")],
-                         ids=["actor", "rollout_bypass"])
-def test_actor_entropy_and_bypass_mode(tmp_path, demo, overrides):
-    proc = run_smoke(tmp_path, demo, *SGLANG, *overrides, *COMMON)
-    bypass = "algorithm.rollout_correction.bypass_mode=true" in overrides
-    source = "rollout" if "algorithm.entropy_source=rollout" in overrides else "actor"
-    steps = assert_trained(proc, source, compared=not bypass)
-    if bypass:
-        assert all("timing_s/old_log_prob" not in m for m in steps.values())
+@pytest.mark.skipif(VERL == "0.7.1", reason="the actor's entropy into egpo's estimator is the same beside either "
+                    "sglang: on verl 0.9.1 (sglang 0.5.6.post2's own entry path runs above)")
+def test_actor_entropy_beside_verls_own_sglang_server(tmp_path, demo):
+    """sglang's engine as the rollout with the entropy taken from the actor's recompute. (Bypass mode with the
+    rollout's entropy: tests/test_main_cpu.py; sglang's own entropy: the run above.)"""
+    proc = run_smoke(tmp_path, demo, *SGLANG, "algorithm.entropy_source=actor", *COMMON)
+    assert_trained(proc, "actor", compared=True)
