@@ -33,7 +33,8 @@ NEGATIVE_CONTROL = Path(__file__).parent / "negative_control"
 DROPPED_PUSH = 3  # the push after step 2's update: step 3 samples from step 2's weights
 
 
-def test_rollout_entropy_agrees_with_the_actor_while_the_weights_are_pushed_and_parts_when_a_push_is_dropped(tmp_path):
+def test_rollout_entropy_agrees_with_the_actor_while_the_weights_are_pushed_and_parts_when_a_push_is_dropped(
+        tmp_path, monkeypatch):
     """One run, three steps. vLLM starts on random weights (load_format=dummy), so step 1's agreement is verl's first
     push and step 2's the push after an update. The third push is dropped inside vLLM's worker (a negative control
     injected from the test side, tests/negative_control/sitecustomize.py): step 3 samples from step 2's weights, and
@@ -41,17 +42,10 @@ def test_rollout_entropy_agrees_with_the_actor_while_the_weights_are_pushed_and_
     from egpo.cpu.vllm_rollout import shm_segments
 
     before = shm_segments()
-    env_path = os.pathsep.join(filter(None, (str(NEGATIVE_CONTROL), os.environ.get("PYTHONPATH"))))
-    previous = {k: os.environ.get(k) for k in ("PYTHONPATH", "EGPO_TEST_DROP_WEIGHT_PUSH")}
-    os.environ.update(PYTHONPATH=env_path, EGPO_TEST_DROP_WEIGHT_PUSH=str(DROPPED_PUSH))
-    try:
-        proc = run_smoke(tmp_path, tmp_path / "demo", *VLLM, timeout=1200)
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    path = os.pathsep.join(filter(None, (str(NEGATIVE_CONTROL), os.environ.get("PYTHONPATH"))))
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("EGPO_TEST_DROP_WEIGHT_PUSH", str(DROPPED_PUSH))
+    proc = run_smoke(tmp_path, tmp_path / "demo", *VLLM, timeout=1200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert f"the demo for rollout.name=vllm: {tmp_path / 'demo'}/vllm (attention heads of 32" in proc.stdout
