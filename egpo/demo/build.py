@@ -15,11 +15,12 @@ import argparse
 import random
 from pathlib import Path
 
+from egpo.cpu.vllm_rollout import CPU_ATTENTION_HEAD_SIZES
 from egpo.demo.tokenizer import build_tokenizer
 
 DATA_SOURCE = "egpo_demo_arithmetic"
 HEAD_DIM = 16
-VLLM_HEAD_DIM = 32  # vLLM's CPU attention runs heads of 32 and up (egpo.cpu.vllm_rollout.CPU_ATTENTION_HEAD_SIZES)
+VLLM_HEAD_DIM = min(CPU_ATTENTION_HEAD_SIZES)  # the smallest head vLLM's CPU attention runs: 32
 VLLM_DEMO = "vllm"  # a vLLM rollout's demo: <out>/vllm
 
 
@@ -118,9 +119,8 @@ def build(out: Path | str = ".egpo_demo", force: bool = False, seed: int = 0, wa
 
             raise EgpoConfigError(f"the demo model in {out / 'model'} has attention heads of {found}, not {head_dim}: "
                              "build it elsewhere (egpo_demo.out=...) or rebuild it (python -m egpo.demo.build --force)")
-    if not force and warm and not marker.exists() and copy_shipped_warm_model(out, seed, head_dim):
-        pass
-    elif force or not marker.exists():
+    shipped = not force and warm and not marker.exists() and copy_shipped_warm_model(out, seed, head_dim)
+    if not shipped and (force or not marker.exists()):
         build_model(out / "model", seed=seed, head_dim=head_dim)
         if warm:
             from egpo.demo.warm import warm_start
@@ -136,7 +136,8 @@ def parser() -> argparse.ArgumentParser:
                                      allow_abbrev=False)
     parser.add_argument("--out", default=".egpo_demo")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warm", action="store_true", help="fine-tune on synthetic reasoning traces (seconds)")
+    parser.add_argument("--warm", action="store_true", help="fine-tune on synthetic reasoning traces (minutes; seed 0 "
+                        "copies the repository's)")
     parser.add_argument("--force", action="store_true")
     return parser
 
