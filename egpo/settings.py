@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from egpo.advantage.config import EgpoAlgorithmConfig
-from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.errors import EgpoConfigError  # noqa: F401 - egpo.settings.EgpoConfigError, as callers import it
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 

@@ -34,7 +34,10 @@ def test_the_plugin_name_is_egpos_entry_point():
     from egpo.rollout.vllm.limits import PLUGIN_NAME
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["vllm.general_plugins"] == {PLUGIN_NAME: "egpo.rollout.vllm.plugin:load"}
+    plugins = pyproject["project"]["entry-points"]["vllm.general_plugins"]
+    assert plugins[PLUGIN_NAME] == "egpo.rollout.vllm.plugin:load"
+    # the other one is verl's vLLM path on a CPU (egpo.cpu.vllm_rollout), inactive off VERL_PLATFORM=cpu
+    assert plugins == {PLUGIN_NAME: "egpo.rollout.vllm.plugin:load", "egpo_cpu_vllm": "egpo.cpu.vllm_rollout:load"}
 
 
 @pytest.mark.parametrize("values, environ, fix", [

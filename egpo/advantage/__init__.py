@@ -1,22 +1,26 @@
-"""The EGPO advantage: pure tensor math (plus verl's own GRPO function)."""
+"""The EGPO advantage: pure tensor math (plus verl's own GRPO function).
 
-from egpo.advantage.cot import compute_cot_mask, prompt_ends_inside_think
-from egpo.advantage.egpo import (
-    GRANULARITIES,
-    SPANS,
-    EgpoDiagnostics,
-    compute_egpo_advantage,
-    validate_egpo_coefficients,
-    validate_egpo_variant,
-)
+The names below load on first use: the start-up checks read :mod:`egpo.advantage.config` and
+:mod:`egpo.advantage.variants` without importing verl, which :mod:`egpo.advantage.egpo` imports for its GRPO part.
+"""
 
-__all__ = [
-    "GRANULARITIES",
-    "SPANS",
-    "EgpoDiagnostics",
-    "compute_cot_mask",
-    "compute_egpo_advantage",
-    "prompt_ends_inside_think",
-    "validate_egpo_coefficients",
-    "validate_egpo_variant",
-]
+from importlib import import_module
+
+_HOME = {
+    "GRANULARITIES": "egpo.advantage.variants",
+    "SPANS": "egpo.advantage.variants",
+    "validate_egpo_coefficients": "egpo.advantage.variants",
+    "validate_egpo_variant": "egpo.advantage.variants",
+    "compute_cot_mask": "egpo.advantage.cot",
+    "prompt_ends_inside_think": "egpo.advantage.cot",
+    "EgpoDiagnostics": "egpo.advantage.egpo",
+    "compute_egpo_advantage": "egpo.advantage.egpo",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'egpo.advantage' has no attribute {name!r}")
+    return getattr(import_module(_HOME[name]), name)

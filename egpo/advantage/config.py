@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from egpo.advantage.egpo import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
+from egpo.advantage.variants import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
 from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
 
 ENTROPY_SOURCES = ("actor", "rollout")

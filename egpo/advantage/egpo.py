@@ -27,6 +27,12 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.advantage.cot import compute_cot_mask
+from egpo.advantage.variants import (  # noqa: F401 - re-exported: the estimator's names and checks
+    GRANULARITIES,
+    SPANS,
+    validate_egpo_coefficients,
+    validate_egpo_variant,
+)
 
 __all__ = [
     "GRANULARITIES",
@@ -39,12 +45,6 @@ __all__ = [
 
 QWEN3_THINK_START = 151667
 QWEN3_THINK_END = 151668
-
-# algorithm.egpo_granularity: one bonus per response from the span's mean entropy, or one per token (Cheng et al.)
-GRANULARITIES = ("response", "token")
-# algorithm.egpo_span: where the entropy is read: the thinking span, or every valid response token
-SPANS = ("cot", "response")
-
 
 @dataclass(frozen=True)
 class EgpoDiagnostics:
@@ -72,27 +72,6 @@ class EgpoDiagnostics:
         """The figures as floats; an undefined one (nan: no span, or no thinking markers) is left out."""
         metrics = {f"{prefix}{name}": float(getattr(self, name)) for name in self.__dataclass_fields__}
         return {key: value for key, value in metrics.items() if value == value}
-
-
-def validate_egpo_coefficients(egpo_lambda: float, egpo_alpha: float) -> None:
-    """``egpo_alpha > 0`` and ``0 <= egpo_lambda < egpo_alpha`` (the bonus then never flips A_i's sign)."""
-    if not egpo_alpha > 0:
-        raise ValueError(f"algorithm.egpo_alpha must be > 0 (got {egpo_alpha}); the default is 2.0")
-    if not 0 <= egpo_lambda < egpo_alpha:
-        raise ValueError(
-            f"algorithm.egpo_lambda must lie in [0, egpo_alpha) = [0, {egpo_alpha}) so that the entropy bonus "
-            f"cannot flip the sign of the GRPO advantage (got {egpo_lambda}); the default is 0.4"
-        )
-
-
-def validate_egpo_variant(granularity: str, span: str) -> None:
-    """``egpo_granularity`` in :data:`GRANULARITIES`, ``egpo_span`` in :data:`SPANS`."""
-    for key, value, allowed in (("egpo_granularity", granularity, GRANULARITIES), ("egpo_span", span, SPANS)):
-        if value not in allowed:
-            raise ValueError(
-                f"algorithm.{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)} "
-                f"(the default is {allowed[0]!r}); e.g. algorithm.{key}={allowed[-1]}"
-            )
 
 
 def _check_inputs(token_level_rewards, response_mask, index, token_level_entropy, responses) -> None:

@@ -12,9 +12,8 @@ from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from egpo.advantage.config import EgpoAlgorithmConfig
 from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_advantage
+from egpo.advantage.variants import ESTIMATOR_NAME  # noqa: F401 - egpo.advantage.registry.ESTIMATOR_NAME, as callers import it
 from egpo.errors import EntropyError
-
-ESTIMATOR_NAME = "egpo"
 
 
 class EntropyNotSuppliedError(EntropyError):

@@ -16,7 +16,7 @@ from verl import DataProto
 from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
 from egpo.advantage import compute_egpo_advantage, prompt_ends_inside_think
-from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.compat.verl_shapes import VerlShapeError

@@ -9,7 +9,7 @@ import logging
 
 from omegaconf import DictConfig, open_dict
 
-from egpo.advantage.registry import ESTIMATOR_NAME
+from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.rollout.entropy import EntropyOptions
 from egpo.settings import EgpoConfigError, EgpoSettings, estimator_name
 

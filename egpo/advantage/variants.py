@@ -1,0 +1,33 @@
+"""The estimator's name, its variants and the checks of its coefficients: what start-up checks read before verl is
+imported (the estimator itself, :mod:`egpo.advantage.egpo`, calls verl's GRPO)."""
+
+from __future__ import annotations
+
+# algorithm.adv_estimator: the name egpo registers its estimator under in verl (egpo.advantage.registry)
+ESTIMATOR_NAME = "egpo"
+
+# algorithm.egpo_granularity: one bonus per response from the span's mean entropy, or one per token (Cheng et al.)
+GRANULARITIES = ("response", "token")
+# algorithm.egpo_span: where the entropy is read: the thinking span, or every valid response token
+SPANS = ("cot", "response")
+
+
+def validate_egpo_coefficients(egpo_lambda: float, egpo_alpha: float) -> None:
+    """``egpo_alpha > 0`` and ``0 <= egpo_lambda < egpo_alpha`` (the bonus then never flips A_i's sign)."""
+    if not egpo_alpha > 0:
+        raise ValueError(f"algorithm.egpo_alpha must be > 0 (got {egpo_alpha}); the default is 2.0")
+    if not 0 <= egpo_lambda < egpo_alpha:
+        raise ValueError(
+            f"algorithm.egpo_lambda must lie in [0, egpo_alpha) = [0, {egpo_alpha}) so that the entropy bonus "
+            f"cannot flip the sign of the GRPO advantage (got {egpo_lambda}); the default is 0.4"
+        )
+
+
+def validate_egpo_variant(granularity: str, span: str) -> None:
+    """``egpo_granularity`` in :data:`GRANULARITIES`, ``egpo_span`` in :data:`SPANS`."""
+    for key, value, allowed in (("egpo_granularity", granularity, GRANULARITIES), ("egpo_span", span, SPANS)):
+        if value not in allowed:
+            raise ValueError(
+                f"algorithm.{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)} "
+                f"(the default is {allowed[0]!r}); e.g. algorithm.{key}={allowed[-1]}"
+            )
