@@ -135,6 +135,8 @@ def test_a_lost_node_fails_and_resumes_only_its_run_then_the_report(tmp_path, de
     for work in works:
         assert (work / DONE).exists(), work.name
         assert [s["step"] for s in read_steps(work / METRICS_FILE)] == [1, 2, 3], work.name
+        # the last --keep checkpoints, no older one
+        assert sorted(p.name for p in (work / "checkpoints").glob("global_step_*")) == ["global_step_2", "global_step_3"]
     # seed 0, lost or kept, ends as the uninterrupted run of its seed: the same per-step metrics and final weights
     for ours, theirs in zip(read_steps(out / RUN / METRICS_FILE), read_steps(uninterrupted_run / METRICS_FILE)):
         assert training_metrics(ours) == training_metrics(theirs), ours["step"]

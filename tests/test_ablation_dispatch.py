@@ -229,8 +229,13 @@ def test_a_run_that_joins_a_cluster_gives_ray_init_no_node_resources_and_the_fix
 
 
 STAND_IN = """
-import json, os, sys, time
+import json, os, signal, sys, time
 path = sys.argv[2]  # the attempt's metrics file, which egpo.main's command names for verl's file logger
+if sys.argv[1] == "killed_once":  # the first attempt dies as the kernel's OOM killer ends a process
+    if not os.path.exists(path + ".killed"):
+        open(path + ".killed", "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.argv[1] = "0"
 for step in (1, 2):
     with open(path, "a") as f:
         f.write(json.dumps({"step": step, "data": {"cwd": os.getcwd()}}) + "\\n")
@@ -242,6 +247,7 @@ sys.exit(int(sys.argv[1]) if sys.argv[1] != "sleep" else 0)
 
 
 def attempt_run(tmp_path, how: str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "train.py"
     script.write_text(STAND_IN)
     work = tmp_path / "out" / "a__seed0"
@@ -273,6 +279,25 @@ def test_the_job_entrypoint_runs_the_attempt_where_the_ablation_was_started_and_
     proc = entrypoint(failing)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1 and json.loads((failing / FAILED).read_text())["returncode"] == 3
+
+
+def test_without_a_cluster_a_killed_attempt_is_retried_and_a_run_that_fails_every_attempt_is_named(tmp_path, capsys):
+    """egpo.ablation on one machine (egpo.ablation.local): an attempt killed by SIGKILL is retried and the run ends
+    done; a run whose every attempt fails is returned by name, with its log's tail. That a retried run resumes from
+    its checkpoint to the uninterrupted run's weights: tests/test_ablation_cluster.py (a lost node) and
+    tests/test_main_cpu.py (verl's resume)."""
+    from egpo.ablation.local import run_locally
+
+    killed, failing = attempt_run(tmp_path / "killed", "killed_once"), attempt_run(tmp_path / "failing", "3")
+    for work in (killed, failing):
+        (work / DONE).unlink(missing_ok=True)
+    assert run_locally([killed, failing], retries=1) == [failing.name]
+    out = capsys.readouterr().out
+    assert f"1/2 {killed.name}: FAILED (rc -9)" in out and "retrying from its last checkpoint" in out, out
+    assert f"1/2 {killed.name}: done in" in out and (killed / DONE).exists()
+    assert out.count(f"2/2 {failing.name}: FAILED (rc 3)") == 2 and not (failing / DONE).exists()
+    assert json.loads((failing / FAILED).read_text())["returncode"] == 3
+    assert run_locally([killed], retries=1) == [] and "done before, skipped" in capsys.readouterr().out
 
 
 def test_the_job_entrypoint_stopped_by_ray_records_the_attempt_and_stops_its_training(tmp_path):

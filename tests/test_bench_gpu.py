@@ -12,6 +12,12 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu_update_memory.py
 
 
 def test_the_gpu_bench_runs_on_a_cpu_and_agrees_with_the_preflight(tmp_path):
+    import pytest
+
+    from conftest import VERL
+
+    if VERL == "0.7.1":
+        pytest.skip("the bench needs torch and transformers alone, as on a bare GPU machine: on verl 0.9.1's stack")
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--model", "tiny", "--tokens", "256",
                            "--no-kernel", "--json", str(out)], capture_output=True, text=True, timeout=600)

@@ -46,7 +46,7 @@ def test_warm_start_is_seeded_and_lands_in_the_regime_of_thinking_models(tmp_pat
 
     def tuned(name, seed):
         path = build_model(tmp_path / name, seed=0)
-        fine_tune(path, seed=seed, steps=15)
+        fine_tune(path, seed=seed, steps=3)
         return load_file(path / "model.safetensors")
 
     a, b, c = tuned("a", 1), tuned("b", 1), tuned("c", 2)

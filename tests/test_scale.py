@@ -10,6 +10,8 @@ from collections import namedtuple
 from pathlib import Path
 
 import pytest
+
+from conftest import VERL
 from hydra import compose, initialize_config_dir
 
 from test_recipes import RECIPES
@@ -58,6 +60,9 @@ def test_the_recipes_models_are_read_from_egpos_table_and_a_local_model_from_its
     assert model_shape(recipe("qwen3_4b", "actor_rollout_ref.model.path=someone/unknown-model")) is None
 
 
+@pytest.mark.e2e
+@pytest.mark.skipif(VERL == "0.7.1", reason="verl's FSDP checkpoint of the demo model: on verl 0.9.1, whose ablation "
+                    "run (the one the resume tests compare with) wrote it")
 def test_the_checkpoint_estimate_is_a_real_checkpoints_size(uninterrupted_run, demo):
     """A checkpoint verl wrote for the demo model (the CPU smoke recipe, 3 steps): its model and optimizer shards
     hold exactly the estimate's tensors, the fp32 model and Adam's two moments (12 bytes a parameter; the demo's tied
