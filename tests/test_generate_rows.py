@@ -109,8 +109,9 @@ def test_the_checkpoint_is_a_step_folder_or_a_runs_latest(tmp_path):
     (run / "latest_checkpointed_iteration.txt").write_text("2")
     assert resolve_checkpoint(str(run)) == (run / "global_step_2").resolve()  # verl's resume pointer
     assert resolve_checkpoint(str(run / "global_step_4")) == (run / "global_step_4").resolve()
-    with pytest.raises(CheckpointError, match="no verl checkpoint"):
+    with pytest.raises(CheckpointError, match="no verl checkpoint") as refused:
         resolve_checkpoint(str(tmp_path))
+    assert "trainer.save_freq=N" in str(refused.value)  # how a run leaves one, not the folder given again
     (tmp_path / "global_step_1").mkdir()
     with pytest.raises(CheckpointError, match="no actor/ folder"):
         resolve_checkpoint(str(tmp_path / "global_step_1"))
@@ -169,3 +170,23 @@ def test_a_score_run_of_a_bypass_arm_prepares_the_fp32_entropy_it_reads(tmp_path
     assert config.algorithm.rollout_correction.bypass_mode is False
     assert actor_entropy_keys(config).chunked == "actor_rollout_ref.actor.entropy_from_logits_with_chunking"
     assert compiles_chunked_entropy(config) == []  # verl's compile of the chunked entropy (on by default) turned off
+
+
+def test_scoring_a_folder_that_holds_no_run_names_a_command_that_makes_one_with_this_commands_recipe(tmp_path):
+    """The fix a refusal prints is a command that works as printed: the recipe options the user gave, parsed by
+    egpo.generate's own parser to the same recipe and output folder."""
+    import shlex
+
+    from egpo.errors import EgpoError
+    from egpo.generate.__main__ import parser
+    from egpo.generate.setup import prepare_generation
+
+    missing = tmp_path / "gen" / "base"
+    argv = ["--config-path", "/somewhere/recipes", "--config-name=cpu_warm", "--score", str(missing), "--out",
+            str(tmp_path / "scored"), "trainer.seed=3"]
+    with pytest.raises(EgpoError) as refused:
+        prepare_generation(parser().parse_intermixed_args(argv))
+    message = str(refused.value)
+    fix = message[message.index("python -m egpo.generate"):]
+    args = parser().parse_intermixed_args(shlex.split(fix)[3:])
+    assert (args.config_path, args.config_name, args.out) == ("/somewhere/recipes", "cpu_warm", missing)

@@ -56,8 +56,11 @@ def resolve_checkpoint(path: str) -> Path:
         steps = sorted((int(STEP_DIR.search(p.name).group(1)) for p in where.glob("global_step_*")
                         if STEP_DIR.search(p.name)))
         if not step and not steps:
-            raise CheckpointError(f"--checkpoint {path} holds no verl checkpoint (no global_step_N folder): give a "
-                                  "run's trainer.default_local_dir or one of its global_step_N folders")
+            raise CheckpointError(f"--checkpoint {path} holds no verl checkpoint (no global_step_N folder): the run "
+                                  "saved none (trainer.save_freq=-1, or it stopped before its first save). Give a "
+                                  "run's trainer.default_local_dir that holds one, or one of its global_step_N "
+                                  "folders; a run saves one at its last step with trainer.save_freq=N for any N > 0 "
+                                  "(recipes/cpu_warm.yaml does)")
         where = where / f"global_step_{step or steps[-1]}"
     if not (where / "actor").is_dir():
         raise CheckpointError(f"--checkpoint {where} has no actor/ folder: it is not a verl actor checkpoint")

@@ -58,6 +58,12 @@ def generation_config(args):
     return config, checkpoint
 
 
+def recipe_options(args) -> str:
+    """The recipe options of this command, as the user gave them (for a fix it prints)."""
+    return " ".join([*([f"--config-path={args.config_path}"] if args.config_path else []),
+                     f"--config-name={args.config_name}"])
+
+
 def prepare_generation(args):
     """-> (config with its ``egpo_generate`` node, the store holding run.json)."""
     from egpo.ablation.attempt import installed_versions
@@ -69,7 +75,7 @@ def prepare_generation(args):
     source = None
     if args.score is not None:
         source = args.score.expanduser().resolve()
-        held = read_run(source)
+        held = read_run(source, recipe=recipe_options(args))
         if not (source / "done.json").exists():
             raise EgpoConfigError(f"--score {args.score}: that run is not finished (no done.json); rerun its command "
                                   "to finish it first")

@@ -105,11 +105,13 @@ class SampleStore:
         return (self.out / DONE).exists()
 
 
-def read_run(out: Path) -> dict:
+def read_run(out: Path, recipe: str = '--config-path="$PWD/recipes" --config-name=cpu_warm') -> dict:
+    """``out``'s run.json; where there is none, the refusal's fix makes one with ``recipe`` (the recipe options of
+    the command that asked, or the CPU demo's)."""
     run_file = Path(out) / RUN
     if not run_file.exists():
         raise GenerationRunError(f"{out} holds no generation run ({RUN} is missing): make one with "
-                                 "python -m egpo.generate --out " + str(out))
+                                 f"python -m egpo.generate {recipe} --out {out}")
     return json.loads(run_file.read_text())
 
 
