@@ -58,9 +58,11 @@ def test_the_numbers_equal_plain_numpy_over_the_parquet_rows(tmp_path):
     tokens = pd.DataFrame({"id": np.concatenate([list(r) for r in df.response_ids]), "h": entropy})
     grouped = tokens.groupby("id").h.agg(["mean", "count"])
     grouped = grouped[grouped["count"] >= 3].sort_values("mean", ascending=False)
-    assert [t["token_id"] for t in summary["top_high"]] == grouped.index[:20].tolist()
-    assert [t["mean_entropy"] for t in summary["top_high"]] == pytest.approx(grouped["mean"][:20].tolist())
-    assert [t["token_id"] for t in summary["top_low"]][:3] == grouped.index[::-1][:3].tolist()
+    high = min(20, (len(grouped) + 1) // 2)  # the two lists never share a token: the higher and the lower half
+    assert [t["token_id"] for t in summary["top_high"]] == grouped.index[:high].tolist()
+    assert [t["mean_entropy"] for t in summary["top_high"]] == pytest.approx(grouped["mean"][:high].tolist())
+    assert [t["token_id"] for t in summary["top_low"]] == grouped.index[::-1][:min(20, len(grouped) - high)].tolist()
+    assert not {t["token_id"] for t in summary["top_high"]} & {t["token_id"] for t in summary["top_low"]}
     assert summary["top_high"][0]["text"] == f"#{grouped.index[0]}"  # no tokenizer: the id, not a made-up text
     # per response: the correlation of each response's mean with its length
     means = np.array([np.mean(e) for e in df.entropy])
@@ -161,6 +163,42 @@ def test_the_page_has_one_coloured_span_per_shown_token(tmp_path):
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count('<span class="tok"') == shown_tokens(out, 5)
     assert page.count('class="resp"') == 5
+
+
+def test_each_shown_response_comes_with_its_prompt_and_its_score(tmp_path):
+    out = write_run(tmp_path / "a", random_rows(7))
+    analyze([out], tmp_path / "r", min_count=3, resamples=5, show=3)
+    page = (tmp_path / "r" / "index.html").read_text()
+    df = frame(out).sort_values(["index", "sample"]).head(3)
+    import html
+
+    for prompt, score in zip(df.prompt, df.score):
+        assert html.escape(prompt) in page
+    verdicts = ["no score" if np.isnan(s) else f"score {s:g}, " + ("correct" if s >= 1 else "incorrect")
+                for s in df.score]
+    assert [line.split(">", 1)[1].split("<", 1)[0] for line in page.split('<div class="score"')[1:]] == verdicts
+
+
+def test_a_scored_comparison_says_what_its_shift_means_and_a_response_is_plotted_with_its_forking_tokens(tmp_path):
+    from egpo.analyze.page import SCORED_SHIFT
+
+    rows = random_rows(8)
+    a = write_run(tmp_path / "a", rows, responses_id="same")
+    b = write_run(tmp_path / "b", shifted(rows, 0.1), responses_id="same")
+    run = json.loads((b / "run.json").read_text())
+    (b / "run.json").write_text(json.dumps({**run, "fingerprint": {**run.get("fingerprint", {}), "mode": "score"}}))
+    analysis = analyze([a, b], tmp_path / "r", min_count=3, resamples=5, show=2)
+    assert analysis["comparisons"][0]["scored"]
+    assert SCORED_SHIFT in (tmp_path / "r" / "analysis.md").read_text()
+    import html
+
+    assert html.escape(SCORED_SHIFT) in (tmp_path / "r" / "index.html").read_text()
+    if (tmp_path / "r" / "entropy_distribution.png").exists():  # matplotlib installed
+        assert (tmp_path / "r" / "response_entropy_along_position.png").stat().st_size > 1000
+    unscored = analyze([a, write_run(tmp_path / "c", shifted(rows, 0.1), responses_id="same")], tmp_path / "r2",
+                       min_count=3, resamples=5, show=2)
+    assert not unscored["comparisons"][0]["scored"]
+    assert SCORED_SHIFT not in (tmp_path / "r2" / "analysis.md").read_text()
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="no Chromium (apt-get install chromium; .ci/run installs it)")

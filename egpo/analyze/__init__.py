@@ -64,7 +64,7 @@ def analyze(dirs: list[Path], out: Path, *, names: list[str] | None = None, solv
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(analysis, indent=1))
-    plots = write_plots(out, runs, analysis)
+    plots = write_plots(out, runs, analysis, decode)
     (out / "analysis.md").write_text(analysis_md(analysis, plots))
     (out / "index.html").write_text(index_html(analysis, runs, plots, decode, show))
     return analysis

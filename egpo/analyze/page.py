@@ -13,13 +13,20 @@ import json
 import numpy as np
 
 from egpo.analyze.stats import PERCENTILES
-from egpo.analyze.tokens import RunTokens
+from egpo.analyze.tokens import RunTokens, prompt_texts
+
+# where a run reads another run's responses (egpo.generate --score): what its shift means
+SCORED_SHIFT = ("A run that scores another run's responses reads tokens it did not sample: its entropy there is the "
+                "entropy of its own distribution at positions another policy chose. A trained checkpoint's entropy on "
+                "the base model's tokens can rise while the CoT entropy of training's own samples falls: the "
+                "checkpoint is less sure where the base model went than where it goes itself.")
 
 STYLE = """
 body { font-family: sans-serif; max-width: 1200px; margin: 1em auto; }
 table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
 .resp { font-family: monospace; white-space: pre-wrap; line-height: 1.6; }
 .tok { border-radius: 2px; }
+.prompt { color: #555; font-size: 90%; white-space: pre-wrap; } .score { font-weight: bold; margin: 2px 0; }
 img { max-width: 100%; }
 """
 
@@ -29,6 +36,21 @@ def token_colour(entropy: float, scale: float) -> str:
     share = 0.0 if scale <= 0 else min(1.0, max(0.0, entropy / scale))
     fade = int(round(255 * (1 - share)))
     return f"rgb(255,{fade},{fade})"
+
+
+def verdict(score: float, solved_score: float) -> str:
+    if not np.isfinite(score):
+        return "no score"
+    return f"score {score:g}, " + ("correct" if score >= solved_score else "incorrect")
+
+
+def shown_row_html(run: RunTokens, row: int, decode, scale: float, prompts: dict, solved_score: float) -> str:
+    """A shown response under its prompt and its score."""
+    key = (int(run.index[row]), int(run.sample[row]))
+    prompt = prompts.get(key)
+    head = (f'<div class="prompt">prompt {key[0]}, sample {key[1]}: {html.escape(prompt) if prompt else ""}</div>'
+            f'<div class="score">{verdict(float(run.score[row]), solved_score)}</div>')
+    return head + response_html(run, row, decode, scale)
 
 
 def response_html(run: RunTokens, row: int, decode, scale: float) -> str:
@@ -67,22 +89,29 @@ def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, 
     parts += [f'<h2>{html.escape(p.rsplit(".", 1)[0].replace("_", " "))}</h2><img src="{html.escape(p)}">'
               for p in plots]
     keys = shown_keys(runs, show)
-    parts.append(f"<h2>Responses</h2><p>Each response token coloured by its entropy, white 0 to red {scale:.2f} nats "
-                 "(the runs' 99th percentile) and above; hover for the value.</p>")
-    paired_groups = _paired_groups(runs)
-    for group in paired_groups:
+    solved = {s["name"]: s["solved_score"] for s in analysis["runs"]}
+    parts.append(f"<h2>Responses</h2><p>Each response under its prompt and its score, every token coloured by its "
+                 f"entropy, white 0 to red {scale:.2f} nats (the runs' 99th percentile) and above; hover for the "
+                 "value.</p>")
+    for group in _paired_groups(runs):
         if len(group) > 1:
-            parts.append("<h3>" + " | ".join(html.escape(r.name) for r in group) + " (same responses)</h3><table><tr>"
-                         + "".join(f"<th>{html.escape(r.name)}</th>" for r in group) + "</tr>")
+            prompts = prompt_texts(group[0].path, set(keys))
+            parts.append("<h3>" + " | ".join(html.escape(r.name) for r in group) + " (same responses)</h3>")
+            if any(r.run.get("fingerprint", {}).get("mode") == "score" for r in group):
+                parts.append(f"<p>{html.escape(SCORED_SHIFT)}</p>")
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(r.name)}</th>" for r in group) + "</tr>")
             for key in keys:
-                parts.append("<tr>" + "".join(f"<td>{response_html(r, row_of(r, key), decode, scale)}</td>"
-                                              for r in group) + "</tr>")
+                parts.append("<tr>" + "".join(
+                    f"<td>{shown_row_html(r, row_of(r, key), decode, scale, prompts, solved[r.name])}</td>"
+                    for r in group) + "</tr>")
             parts.append("</table>")
         else:
             run = group[0]
             parts.append(f"<h3>{html.escape(run.name)}</h3>")
             own = sorted(zip(run.index.tolist(), run.sample.tolist()))[:show]
-            parts += [response_html(run, row_of(run, key), decode, scale) + "<hr>" for key in own]
+            prompts = prompt_texts(run.path, set(own))
+            parts += [shown_row_html(run, row_of(run, key), decode, scale, prompts, solved[run.name]) + "<hr>"
+                      for key in own]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -136,6 +165,7 @@ def analysis_md(analysis: dict, plots: list[str]) -> str:
         shift = c["shift"]
         lines += [f"## {c['b']} against {c['a']}", "",
                   ("The same responses (a paired bootstrap)." if c["paired"] else "Different responses.")
+                  + (f" {SCORED_SHIFT}" if c.get("scored") else "")
                   + f" {shift['resamples']} bootstrap resamples of responses, {int(shift['confidence'] * 100)}% "
                   "intervals." + ("" if c["same_entropy_definition"] else
                                   " **The two runs' entropies are of different distributions** (see entropy_of)."), "",

@@ -10,7 +10,10 @@ import numpy as np
 from egpo.analyze.tokens import RunTokens
 
 
-def write_plots(out: Path, runs: list[RunTokens], analysis: dict) -> list[str]:
+FORKS_LABELLED = 5  # the highest-entropy tokens of a response named on its plot
+
+
+def write_plots(out: Path, runs: list[RunTokens], analysis: dict, decode=lambda token_id: f"#{token_id}") -> list[str]:
     """The PNG files written into ``out`` (names relative to it); [] without matplotlib."""
     try:
         import matplotlib
@@ -50,6 +53,28 @@ def write_plots(out: Path, runs: list[RunTokens], analysis: dict) -> list[str]:
                title="Entropy along the thought")
         ax.legend()
         save(fig, "entropy_along_thought.png")
+
+    # one response, token by token: the forking tokens (Wang et al.) are those at or above the run's 80th percentile
+    shown = [(run, summary) for run, summary in zip(runs, analysis["runs"]) if run.rows][:4]
+    if shown:
+        fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.6 * len(shown)), squeeze=False)
+        for ax, (run, summary) in zip(axes[:, 0], shown):
+            row = int(np.lexsort((run.sample, run.index))[0])  # the first response the page shows
+            entropy = run.entropy[run.offsets[row]:run.offsets[row + 1]]
+            tokens = run.token_id[run.offsets[row]:run.offsets[row + 1]]
+            threshold = summary["percentiles"]["80"]
+            ax.plot(np.arange(len(entropy)), entropy, linewidth=0.8, color="tab:blue")
+            if threshold is not None:
+                ax.axhline(threshold, linestyle=":", color="grey")
+                forks = np.flatnonzero(entropy >= threshold)
+                ax.scatter(forks, entropy[forks], s=12, color="tab:red", zorder=3)
+                for i in forks[np.argsort(-entropy[forks], kind="stable")][:FORKS_LABELLED]:
+                    ax.annotate(repr(decode(int(tokens[i]))), (i, entropy[i]), fontsize=7,
+                                xytext=(2, 4), textcoords="offset points")
+            ax.set(ylabel="entropy (nats)", title=f"{run.name}: prompt {int(run.index[row])}, sample "
+                   f"{int(run.sample[row])} (dotted: the run's 80th percentile; red: the tokens at or above it)")
+        axes[-1, 0].set_xlabel("position in the response (tokens)")
+        save(fig, "response_entropy_along_position.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for run in runs:

@@ -37,7 +37,8 @@ def _correlation(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def token_table(run: RunTokens, min_count: int, top: int, decode) -> dict:
-    """Mean entropy and count per token id (ids seen at least ``min_count`` times): the ``top`` highest and lowest."""
+    """Mean entropy and count per token id (ids seen at least ``min_count`` times): the ``top`` highest and lowest,
+    two lists that never share a token (with fewer than ``2 * top`` ids, the higher half and the lower half)."""
     if not len(run.token_id):
         return {"top_high": [], "top_low": [], "min_count": min_count}
     count = np.bincount(run.token_id)
@@ -47,8 +48,10 @@ def token_table(run: RunTokens, min_count: int, top: int, decode) -> dict:
     order = np.lexsort((ids, -mean))  # highest first, ties by id
     row = lambda i: {"token_id": int(ids[i]), "text": decode(int(ids[i])), "mean_entropy": float(mean[i]),  # noqa: E731
                      "count": int(count[ids[i]])}
-    return {"min_count": min_count, "top_high": [row(i) for i in order[:top]],
-            "top_low": [row(i) for i in order[::-1][:top]]}
+    high = min(top, (len(ids) + 1) // 2)
+    low = min(top, len(ids) - high)
+    return {"min_count": min_count, "top_high": [row(i) for i in order[:high]],
+            "top_low": [row(i) for i in order[::-1][:low]]}
 
 
 def run_summary(run: RunTokens, solved_score: float, min_count: int, top: int, decode) -> dict:
@@ -161,7 +164,10 @@ def compare(a: RunTokens, b: RunTokens, *, resamples: int, seed: int, min_count:
               "entropy_of": {a.name: a.run.get("entropy"), b.name: b.run.get("entropy")},
               "shift": percentile_shift(a, b, paired, resamples, seed),
               "token_moves": token_moves(a, b, min_count, top, decode),
-              "top20_overlap": top20_overlap(a, b) if paired else None}
+              "top20_overlap": top20_overlap(a, b) if paired else None,
+              # one of them read the other's tokens (egpo.generate --score): a shift of reading, not of sampling
+              "scored": paired and "score" in (a.run.get("fingerprint", {}).get("mode"),
+                                               b.run.get("fingerprint", {}).get("mode"))}
     result["same_entropy_definition"] = entropy_distribution(a.run.get("entropy")) == \
         entropy_distribution(b.run.get("entropy"))
     return result

@@ -128,3 +128,13 @@ def aligned_order(run: RunTokens, keys: np.ndarray) -> np.ndarray:
     starts, lengths = run.offsets[:-1][order], run.lengths[order]
     shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
     return np.arange(int(lengths.sum())) + shift
+
+
+def prompt_texts(path: Path, keys: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The decoded prompt of each (index, sample) row in ``keys`` (the rows a page shows), read a part at a time."""
+    found = {}
+    for _, table in iter_parts(Path(path), columns=["index", "sample", "prompt"]):
+        for index, sample, prompt in zip(*(table.column(c).to_pylist() for c in ("index", "sample", "prompt"))):
+            if (index, sample) in keys:
+                found[(index, sample)] = prompt
+    return found
