@@ -8,9 +8,12 @@ In verl's task-runner process (egpo's runner, before verl's ``run``), for a run 
 * verl's dump of the validation metrics before training (``pprint`` in ``RayPPOTrainer.fit``, about 50 lines)
   becomes one line naming ``metrics.jsonl``; the dump after training is left to the driver's closing summary (pass@k,
   and where every figure is), which ends the console;
-* verl's warnings that optional training engines (torchtitan, veomni, automodel, mindspeed, megatron) are not
-  installed, five in every process that imports verl, are left out (:data:`QUIET_WARNINGS`, set for the driver and
-  every Ray worker).
+* the warnings every run of an egpo estimator gets from verl and says nothing by (:data:`EXPECTED_WARNINGS`, each
+  with why) are left out in the driver and every Ray worker: that optional training engines are not installed (five
+  in every process that imports verl), that the critic is disabled (GRPO's family has none; three a run), and
+  torchdata's own deprecation inside verl's dataloader. egpo's trainer builds verl's ``RayPPOTrainer`` on purpose
+  (``trainer.use_v1=false``) without verl's deprecation warning (:mod:`egpo.trainer.ray_trainer`). docs/cpu.md names
+  what a CPU run still prints.
 
 Anything else ``pprint`` is given is printed as it is.
 """
@@ -24,8 +27,13 @@ from omegaconf import DictConfig
 
 from egpo.patching import Patch
 
-# PYTHONWARNINGS for Ray's workers, and the same filter in the driver: verl.workers.engine warns once per engine
-QUIET_WARNINGS = "ignore::UserWarning:verl.workers.engine"
+# (PYTHONWARNINGS filter, why it says nothing of this run): in Ray's workers as PYTHONWARNINGS, the same in the driver
+EXPECTED_WARNINGS = (
+    ("ignore::UserWarning:verl.workers.engine", "an optional training engine egpo does not use is not installed"),
+    ("ignore:Disabled critic as algorithm.adv_estimator != gae:UserWarning", "GRPO's family trains without a critic"),
+    ("ignore:'set_vital' is deprecated:UserWarning", "torchdata's deprecation, inside verl's dataloader"),
+)
+QUIET_WARNINGS = ",".join(spec for spec, _ in EXPECTED_WARNINGS)
 VALIDATION_DUMPS = ("Initial validation metrics:", "Final validation metrics:")
 
 _run: dict = {"dir": None}  # this process's run directory (set in verl's task-runner process)
@@ -52,8 +60,15 @@ WARNINGS_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.PYTHONWARNINGS"
 
 
 def quiet_driver() -> None:
-    """In the driver, before anything imports verl."""
-    warnings.filterwarnings("ignore", category=UserWarning, module="verl.workers.engine")
+    """In the driver, before anything imports verl: the filters Ray's workers get as PYTHONWARNINGS, read as Python
+    reads that variable (the message's start, case-insensitive; the module's whole name)."""
+    import builtins
+    import re
+
+    for spec, _ in EXPECTED_WARNINGS:
+        action, message, category, module = (spec.split(":") + [""] * 3)[:4]
+        warnings.filterwarnings(action, message=re.escape(message), category=getattr(builtins, category or "Warning"),
+                                module=re.escape(module) + r"\Z" if module else "")
 
 
 def quiet_workers(config: DictConfig) -> None:
@@ -62,9 +77,10 @@ def quiet_workers(config: DictConfig) -> None:
 
     found = OmegaConf.select(config, WARNINGS_KEY, default=None)
     filters = [f for f in str(found or "").split(",") if f]
-    if QUIET_WARNINGS not in filters:
+    missing = [spec for spec, _ in EXPECTED_WARNINGS if spec not in filters]
+    if missing:
         with open_dict(config):
-            OmegaConf.update(config, WARNINGS_KEY, ",".join([*filters, QUIET_WARNINGS]), force_add=True)
+            OmegaConf.update(config, WARNINGS_KEY, ",".join([*filters, *missing]), force_add=True)
 
 
 def fold_verls_dumps(config: DictConfig) -> None:

@@ -2,6 +2,7 @@
 and metrics continued across resumed attempts, each step once."""
 
 import json
+import os
 import pprint
 
 import pytest
@@ -203,3 +204,61 @@ def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo,
     run(config())  # returns before Ray starts: nothing is trained or written
     assert "is finished" in capsys.readouterr().out
     assert sorted(p.name for p in where.iterdir()) == ["global_step_3", "latest_checkpointed_iteration.txt"]
+
+
+@pytest.mark.parametrize("spec, text, category, module", [
+    ("verl.workers.engine", "torchtitan engine is not available: ModuleNotFoundError", UserWarning,
+     "verl.workers.engine"),
+    ("critic", "Disabled critic as algorithm.adv_estimator != gae. If it is not intended, please set "
+               "critic.enable=True", UserWarning, "verl.trainer.ppo.utils"),
+    ("set_vital", "'set_vital' is deprecated, please do not call", UserWarning,
+     "torchdata.stateful_dataloader.stateful_dataloader"),
+])
+def test_the_expected_warnings_are_silent_in_workers_and_driver_and_no_other_is(spec, text, category, module):
+    """Each of egpo.console's expected warnings, with the text verl (or torchdata) gives it: silent in a process
+    started with the workers' PYTHONWARNINGS and in the driver after quiet_driver; printed without them; a warning of
+    the same category from elsewhere still printed."""
+    import subprocess
+    import sys
+    import warnings
+
+    from egpo import console
+
+    assert any(spec in filter_ for filter_, _ in console.EXPECTED_WARNINGS)
+    emit = (f"import warnings; warnings.warn_explicit({text!r}, {category.__name__}, 'x.py', 1, module={module!r}); "
+            f"warnings.warn_explicit('something else', {category.__name__}, 'x.py', 2, module='x.other')")
+    for env, silenced in (({"PYTHONWARNINGS": console.QUIET_WARNINGS}, True), ({}, False)):
+        proc = subprocess.run([sys.executable, "-c", emit], capture_output=True, text=True, timeout=60,
+                              env={k: v for k, v in {**os.environ, **env}.items()
+                                   if k != "PYTHONWARNINGS" or env})
+        assert (text[:20] in proc.stderr) is not silenced, proc.stderr
+        assert "something else" in proc.stderr
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        console.quiet_driver()
+        warnings.warn_explicit(text, category, "x.py", 1, module=module)
+        warnings.warn_explicit("something else", category, "x.py", 2, module="x.other")
+    assert [str(w.message) for w in seen] == ["something else"]
+
+
+def test_egpos_trainer_is_built_without_verls_deprecation_of_the_trainer_it_builds_on():
+    """verl 0.9.1 deprecates RayPPOTrainer, which egpo builds on (trainer.use_v1=false): egpo's filter matches the
+    message verl's decorator gives, and only it."""
+    import re
+    import warnings
+
+    from conftest import VERL
+
+    if VERL != "0.9.1":
+        pytest.skip("verl 0.7.1's RayPPOTrainer is not deprecated")
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from egpo.trainer.ray_trainer import DEPRECATED_TRAINER
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(Exception):
+            RayPPOTrainer(None)  # the decorator warns before verl's __init__ reads the (missing) config
+    messages = [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
+    assert messages and all(re.match(DEPRECATED_TRAINER, m) for m in messages), messages
+    assert not re.match(DEPRECATED_TRAINER, "Warning: Class 'verl.other.Thing' is deprecated.")

@@ -27,6 +27,8 @@ The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
 
 from __future__ import annotations
 
+import warnings
+
 from contextlib import contextmanager
 
 from omegaconf import OmegaConf
@@ -44,6 +46,10 @@ from egpo.trainer.thought_watch import NeverThinksWatch
 ENGINE_PROBE_PREFIX = "actor/probe/"
 
 
+# verl 0.9.1's deprecation of the trainer egpo subclasses (its legacy trainer: egpo's configs set trainer.use_v1=false)
+DEPRECATED_TRAINER = r"Warning: Class 'verl\.trainer\.ppo\.ray_trainer\.RayPPOTrainer' is deprecated"
+
+
 class EgpoRayPPOTrainer(RayPPOTrainer):
     trains = True  # False: a subclass that only generates (egpo.generate.trainer)
 
@@ -51,7 +57,9 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         from egpo.compat.rollout import register_replicas
 
         register_replicas(config)  # before init_workers: where this verl resolves replicas by name
-        super().__init__(config, *args, **kwargs)
+        with warnings.catch_warnings():  # verl 0.9.1 deprecates the class egpo builds on purpose (trainer.use_v1=false)
+            warnings.filterwarnings("ignore", message=DEPRECATED_TRAINER, category=FutureWarning)
+            super().__init__(config, *args, **kwargs)
         self.egpo = EgpoSettings.from_algorithm(config.algorithm)
         register_estimator()
         advantage_step.install()

@@ -83,7 +83,7 @@ class HFRolloutServer:
         torch.set_num_threads(max(1, int(os.environ.get("EGPO_HF_ROLLOUT_THREADS", torch.get_num_threads()))))
         self.model = AutoModelForCausalLM.from_pretrained(
             self.model_config.local_path,
-            torch_dtype=torch.float32,
+            dtype=torch.float32,
             attn_implementation="eager",
             trust_remote_code=self.model_config.trust_remote_code,
         ).eval()
