@@ -95,7 +95,11 @@ def main() -> None:
     if not problems:
         from egpo.trainer.key_check import misspelled_override_problems
 
-        problems = [*verl_config_name_problems(argv), *misspelled_override_problems(argv)]
+        from egpo.recipe_names import recipe_name_problems
+
+        name, path = _config_args(argv)
+        problems = verl_config_name_problems(argv) or recipe_name_problems(path, name)
+        problems += misspelled_override_problems(argv)
     if problems:
         raise SystemExit(refusal("; ".join(problems) + ". Nothing was started."))
     from egpo.console import quiet_driver

@@ -144,7 +144,12 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     from egpo.preflight.__main__ import compose
 
-    config = compose(args.config_path, args.config_name, list(args.overrides))  # checks the overrides first
+    from egpo.errors import EgpoError
+
+    try:
+        config = compose(args.config_path, args.config_name, list(args.overrides))
+    except EgpoError as err:
+        raise SystemExit(f"[ablation] nothing was started: {err}") from None
     demo = None
     if config.get("egpo_demo", None) is not None:
         from egpo.demo.build import build

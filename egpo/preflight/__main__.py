@@ -14,8 +14,16 @@ from pathlib import Path
 
 
 def compose(config_path: str | None, config_name: str, overrides: list[str]):
+    """The recipe with its overrides; a recipe name no file holds is refused first (:mod:`egpo.recipe_names`)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir, initialize_config_module
+
+    from egpo.recipe_names import recipe_name_problems
+    from egpo.settings import EgpoConfigError
+
+    problems = recipe_name_problems(config_path, config_name)
+    if problems:
+        raise EgpoConfigError("; ".join(problems))
 
     if config_path:
         with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
@@ -78,8 +86,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from egpo.errors import EgpoError
+
     args = parser().parse_args(argv)
-    status, lines = run(args.config_path, args.config_name, list(args.overrides), args.print_config)
+    try:
+        status, lines = run(args.config_path, args.config_name, list(args.overrides), args.print_config)
+    except EgpoError as err:  # a refusal before anything could be checked: one line, with its fix
+        raise SystemExit(f"[egpo] preflight refused: {err}") from None
     print("\n".join(lines))
     sys.exit(status)
 

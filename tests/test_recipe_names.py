@@ -1,0 +1,63 @@
+"""A recipe name no file holds: every entry point refuses it in one line, before anything composes, naming the
+recipes the folder holds and the one most likely meant (egpo.recipe_names)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from egpo.recipe_names import recipe_name_problems
+from test_recipes import RECIPES
+
+
+def test_a_recipe_that_exists_anywhere_hydra_looks_is_no_problem():
+    assert recipe_name_problems(str(RECIPES), "cpu_smoke") == []
+    assert recipe_name_problems(str(RECIPES), "cpu_smoke.yaml") == []
+    assert recipe_name_problems(None, "egpo_trainer") == []  # egpo's own configs
+    assert recipe_name_problems(str(RECIPES), "ppo_trainer") == []  # verl's, on egpo's search path
+    assert recipe_name_problems(None, None) == []
+
+
+def test_a_misspelled_recipe_names_the_one_meant_and_the_folders_recipes():
+    (problem,) = recipe_name_problems(str(RECIPES), "qwen3_4")
+    assert "did you mean --config-name=qwen3_4b?" in problem
+    assert "the recipes there: " + ", ".join(sorted(p.stem for p in RECIPES.glob("*.yaml"))) in problem
+    (problem,) = recipe_name_problems(str(RECIPES), "something_else_entirely")
+    assert "did you mean" not in problem and "no such recipe" in problem
+
+
+def test_a_folder_that_does_not_exist_is_named_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (problem,) = recipe_name_problems("recipes", "cpu_smoke")
+    assert problem.startswith("--config-path=recipes: no such folder") and '--config-path="$PWD/recipes"' in problem
+
+
+def refusal(main, argv) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    return str(stopped.value.code)
+
+
+@pytest.mark.parametrize("tool", ["main", "preflight", "generate", "ablation"])
+def test_every_entry_point_refuses_it_in_one_line(tool, tmp_path, monkeypatch):
+    argv = [f"--config-path={RECIPES}", "--config-name=cpu_smok"]
+    if tool == "main":
+        from egpo.main import main
+
+        monkeypatch.setattr(sys, "argv", ["egpo.main", *argv])
+        message = refusal(lambda _: main(), None)
+    elif tool == "preflight":
+        from egpo.preflight.__main__ import main
+
+        message = refusal(main, argv)
+    elif tool == "generate":
+        from egpo.generate.__main__ import main
+
+        message = refusal(main, [*argv, "--out", str(tmp_path / "gen")])
+    else:
+        from egpo.ablation.cli import main
+
+        message = refusal(main, [*argv, "--arms", "grpo", "--out", str(tmp_path / "ablation")])
+    assert "\n" not in message and "did you mean --config-name=cpu_smoke?" in message, message
+    assert not (tmp_path / "gen").exists()  # refused before anything was written
