@@ -99,14 +99,11 @@ def test_resume_from_the_step_one_checkpoint_trains_step_two_to_the_same_weights
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
 
 
-def test_entropy_probe_in_the_main_job(tmp_path, demo, base_run):
-    """Probe on (attribution included, dynamic batch sizes): finite probe/ metrics every step, and the same weights
-    after 2 steps as with the probe off."""
-    workdir, _ = base_run
-    proc = run_smoke(tmp_path, demo, *BASE, "egpo.probe.enable=true", "egpo.probe.attribution=true")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    baseline, probed = final_weights(workdir), final_weights(tmp_path)
-    assert all(torch.equal(baseline[k], probed[k]) for k in baseline)
+PROBE = ("egpo.probe.enable=true", "egpo.probe.attribution=true")
+
+
+def assert_probed(proc):
+    """Finite probe/ metrics every step, measuring the entropy verl logs for the same batch."""
     steps = step_metrics(proc.stdout)
     assert sorted(steps) == [1, 2]
     for metrics in steps.values():
@@ -115,8 +112,19 @@ def test_entropy_probe_in_the_main_job(tmp_path, demo, base_run):
                 "probe/delta_h_pred_weight_decay", "probe/delta_h_realised", "probe/entropy_before",
                 "probe/attr_same_prompt", "probe/attr_cross_prompt", "probe/pred_cross_fit"} <= set(probe)
         assert all_finite(probe) and probe["probe/optimizer_steps"] == 1
-        # the probe measures the entropy verl logs for the same batch
         assert probe["probe/entropy_before"] == pytest.approx(metrics["actor/entropy"], abs=1e-4)
+
+
+@pytest.mark.skipif(VERL == "0.7.1", reason="on verl 0.7.1 the probe runs beside the 80/20 rule at quantile 1 (below)")
+def test_entropy_probe_in_the_main_job(tmp_path, demo, base_run):
+    """Probe on (attribution included, dynamic batch sizes): finite probe/ metrics every step, and the same weights
+    after 2 steps as with the probe off."""
+    workdir, _ = base_run
+    proc = run_smoke(tmp_path, demo, *BASE, *PROBE)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    baseline, probed = final_weights(workdir), final_weights(tmp_path)
+    assert all(torch.equal(baseline[k], probed[k]) for k in baseline)
+    assert_probed(proc)
 
 
 @pytest.mark.skipif(VERL == "0.7.1", reason="bypass mode and the response span are verl's rollout correction and "
@@ -170,15 +178,17 @@ def test_the_8020_rule_trains_on_verl_071s_engine_workers(tmp_path, demo):
 
 @pytest.mark.skipif(VERL != "0.7.1", reason="the selection's wiring is tested on both stacks (tests/test_trainer_policy.py); "
                                             "the real update through fit runs on verl 0.7.1's stack")
-def test_top_entropy_selection_at_quantile_one_trains_bit_identically_and_validation_logs_pass_at_k(tmp_path, demo,
-                                                                                                     base_run):
-    """The 80/20 rule at quantile 1 through fit: verl's update gets the full mask, so the weights after 2 steps are
-    those of the run without selection, bit for bit; the selection's metrics are logged; the last step's validation
-    (4 samples per problem) logs the pass@1..4 of the run without it."""
+def test_top_entropy_selection_at_quantile_one_and_the_probe_train_bit_identically(tmp_path, demo, base_run):
+    """The 80/20 rule at quantile 1 through fit, with the entropy probe on (attribution included) around verl 0.7.1's
+    FSDP actor: verl's update gets the full mask and the probe changes nothing, so the weights after 2 steps are
+    those of the run with neither, bit for bit (either one changing the update would break it); the selection's and
+    the probe's metrics are logged; the last step's validation (4 samples per problem) logs the pass@1..4 of the run
+    without them."""
     workdir, plain = base_run
     proc = run_smoke(tmp_path, demo, *BASE, "algorithm.egpo_token_selection=top_entropy",
-                     "algorithm.egpo_top_entropy_quantile=1.0")
+                     "algorithm.egpo_top_entropy_quantile=1.0", *PROBE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert_probed(proc)
     runs = {"all": step_metrics(plain.stdout), "top": step_metrics(proc.stdout)}
     baseline, chosen = final_weights(workdir), final_weights(tmp_path)
     assert all(torch.equal(baseline[k], chosen[k]) for k in baseline)
