@@ -7,6 +7,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 # Ray starts no idle workers ahead of need in the tests' runs and clusters (every actor of a run gets a process of its
 # own anyway): on 2 cores the prestarted ones only slow each run's start (about 7 s a run, measured 2026-11-26)
 os.environ.setdefault("RAY_enable_worker_prestart", "0")
+# Tests run several at a time (pytest-xdist, .ci/run) share the cores: each worker's torch and OpenMP, and the
+# processes its tests start, get their share, not every core each (oversubscribed, OpenMP's threads spin against
+# each other's work)
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))
 
 from egpo.compat.versions import verl_version  # noqa: E402
 
