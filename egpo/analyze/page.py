@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from egpo.analyze.stats import PERCENTILES
-from egpo.analyze.tokens import RunTokens, prompt_texts
+from egpo.analyze.tokens import RunTokens, prompt_texts, reads_another_runs_tokens
 
 # where a run reads another run's responses (egpo.generate --score): what its shift means
 SCORED_SHIFT = ("A run that scores another run's responses reads tokens it did not sample: its entropy there is the "
@@ -97,7 +97,7 @@ def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, 
         if len(group) > 1:
             prompts = prompt_texts(group[0].path, set(keys))
             parts.append("<h3>" + " | ".join(html.escape(r.name) for r in group) + " (same responses)</h3>")
-            if any(r.run.get("fingerprint", {}).get("mode") == "score" for r in group):
+            if any(reads_another_runs_tokens(r) for r in group):
                 parts.append(f"<p>{html.escape(SCORED_SHIFT)}</p>")
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(r.name)}</th>" for r in group) + "</tr>")
             for key in keys:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from egpo.analyze.tokens import RunTokens, aligned_order, same_responses
+from egpo.analyze.tokens import RunTokens, aligned_order, reads_another_runs_tokens, same_responses
 
 PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99)
 BELOW = (0.01, 0.1)
@@ -166,8 +166,7 @@ def compare(a: RunTokens, b: RunTokens, *, resamples: int, seed: int, min_count:
               "token_moves": token_moves(a, b, min_count, top, decode),
               "top20_overlap": top20_overlap(a, b) if paired else None,
               # one of them read the other's tokens (egpo.generate --score): a shift of reading, not of sampling
-              "scored": paired and "score" in (a.run.get("fingerprint", {}).get("mode"),
-                                               b.run.get("fingerprint", {}).get("mode"))}
+              "scored": paired and (reads_another_runs_tokens(a) or reads_another_runs_tokens(b))}
     result["same_entropy_definition"] = entropy_distribution(a.run.get("entropy")) == \
         entropy_distribution(b.run.get("entropy"))
     return result

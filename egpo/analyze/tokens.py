@@ -138,3 +138,8 @@ def prompt_texts(path: Path, keys: set[tuple[int, int]]) -> dict[tuple[int, int]
             if (index, sample) in keys:
                 found[(index, sample)] = prompt
     return found
+
+
+def reads_another_runs_tokens(run: RunTokens) -> bool:
+    """A ``--score`` run: its entropy is of tokens another run sampled."""
+    return run.run.get("fingerprint", {}).get("mode") == "score"
