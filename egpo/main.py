@@ -67,13 +67,13 @@ def verl_config_name_problems(argv: list[str]) -> list[str]:
     """``--config-name=ppo_trainer`` (verl's name, as verl's example scripts pass it) where Hydra would not find it:
     without ``--config-path``, or with one that holds no such file. Hydra would say only "Cannot find primary
     config"; egpo ships the same config with its keys under another name."""
-    from pathlib import Path
+    from egpo.recipe_names import recipe_folders
 
     name, path = _config_args(argv)
     stem = name[:-len(".yaml")] if name and name.endswith(".yaml") else name
     if stem not in EGPO_EQUIVALENTS:
         return []
-    if path and any((base / path / f"{stem}.yaml").is_file() for base in (Path.cwd(), Path(__file__).parent)):
+    if path and any((folder / f"{stem}.yaml").is_file() for folder in recipe_folders(path)):
         return []  # the user's own copy
     where = f"it is not in --config-path={path}" if path else "egpo.main does not read verl's config folder"
     return [f"--config-name={name} is verl's config and {where}; egpo.main ships it with egpo's keys: "
