@@ -135,7 +135,7 @@ def recipe_config(recipe: str, model: Path, device: str):
 
     overrides = [f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.actor.strategy=fsdp2",
                  "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-                 # as egpo prepares a run that reads the entropy (egpo.trainer.actor_entropy): eager, not compiled
+                 # as egpo prepares a run that reads the entropy (egpo.preflight.actor_entropy): eager, not compiled
                  "++actor_rollout_ref.actor.fsdp_config.use_torch_compile=false"]
     if device == "cpu":
         overrides += ["trainer.device=cpu", *(f"++actor_rollout_ref.actor.fsdp_config.mixed_precision.{k}=fp32"

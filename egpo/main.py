@@ -21,11 +21,11 @@ def run(config: DictConfig) -> None:
     from verl.trainer import main_ppo
 
     from egpo.advantage.registry import register as register_estimator
+    from egpo.preflight.finished_run import finished_run
     from egpo.preflight.prepare import prepare_config
+    from egpo.run_dir import RunOutputs
     from egpo.runner import EgpoTaskRunner
     from egpo.trainer.placement import OnDriverNode
-
-    from egpo.run_dir import RunOutputs, finished_run
 
     register_estimator()
     try:
@@ -93,8 +93,7 @@ def main() -> None:
     argv = sys.argv[1:]
     problems = environment_problems()  # package metadata only: before anything imports verl
     if not problems:
-        from egpo.trainer.key_check import misspelled_override_problems
-
+        from egpo.preflight.key_check import misspelled_override_problems
         from egpo.recipe_names import recipe_name_problems
 
         name, path = _config_args(argv)

@@ -62,7 +62,9 @@ def read_metrics(path: Path) -> Series:
 
 
 def identify(path: Path) -> tuple[str, int]:
-    meta = path.parent / "run.json"
+    from egpo.run_state import RUN
+
+    meta = path.parent / RUN
     if meta.exists():
         info = json.loads(meta.read_text())
         return info["arm"], int(info["seed"])

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from egpo.run_state import CONFIG, LOG
+
 LOGGER_PATH_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
-CONFIG_FILE = "config.yaml"
-LOG_FILE = "log.txt"
 
 
 def run_directory(config: DictConfig) -> Path | None:
@@ -78,28 +78,6 @@ def resumed_step(config: DictConfig, where: Path) -> int:
     from egpo.run_state import checkpoint_pointer
 
     return checkpoint_pointer(where)
-
-
-def finished_run(config: DictConfig) -> str | None:
-    """Where the run directory's checkpoint is already at the run's last step (verl would resume there and train a
-    step beyond it): what to say instead of training (None: there is a step to train). Extending a run is explicit: a
-    larger ``trainer.total_training_steps`` (or ``trainer.total_epochs``)."""
-    from egpo.preflight.budget import planned_steps
-    from egpo.preflight.data import inspect_split
-
-    where = run_directory(config)
-    if where is None or not where.is_dir():
-        return None
-    resume = resumed_step(config, where)
-    if not resume:
-        return None
-    planned, _ = planned_steps(config, inspect_split(config, "data.train_files").rows)
-    if planned is None or resume < planned:
-        return None
-    return (f"[egpo] the run in {where} is finished: its checkpoint is at step {resume} of its {planned}; nothing was "
-            f"trained. To train it further: trainer.total_training_steps={planned + planned} (any number above "
-            f"{planned}); to start over: trainer.resume_mode=disable, or another trainer.default_local_dir. "
-            f"{REPORT_LINE} {where}")
 
 
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
@@ -164,14 +142,14 @@ class RunOutputs:
             text = OmegaConf.to_yaml(self.config, resolve=True)
         except Exception:  # noqa: BLE001 - an interpolation only the workers can resolve: kept as written
             text = OmegaConf.to_yaml(self.config)
-        (self.where / CONFIG_FILE).write_text(text)
-        self._log = (self.where / LOG_FILE).open("a", buffering=1)
+        (self.where / CONFIG).write_text(text)
+        self._log = (self.where / LOG).open("a", buffering=1)
         self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
         self._streams = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = (_Tee(sys.stdout, self._log, self._summary_seen),
                                   _Tee(sys.stderr, self._log, self._summary_seen))
         start = f"resumes from step {resume}" if resume else "starts at step 0"
-        print(f"[egpo] run directory: {self.where} ({start}; {CONFIG_FILE}, {METRICS_FILE}, {LOG_FILE}, "
+        print(f"[egpo] run directory: {self.where} ({start}; {CONFIG}, {METRICS_FILE}, {LOG}, "
               "checkpoints)", flush=True)
         return self
 
@@ -232,7 +210,7 @@ def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: f
             "no checkpoint (trainer.save_freq=-1)" if save_freq <= 0 else "no checkpoint yet")
     lines = [f"[egpo] done: {len(steps)} step(s) logged, the last step {last}, in {seconds:.0f} s"
              + (f"; step {last}: {', '.join(figures)}" if figures else "") + (f"; {val}" if val else ""),
-             f"[egpo] run directory: {where}: {METRICS_FILE}, {CONFIG_FILE}, {LOG_FILE}, {kept}",
+             f"[egpo] run directory: {where}: {METRICS_FILE}, {CONFIG}, {LOG}, {kept}",
              f"{REPORT_LINE} {where}"]
     return lines
 

@@ -31,6 +31,8 @@ DONE = "done.json"
 FAILED = "failed.json"
 RUN = "run.json"
 JOB = "job.json"  # the Ray job running the run's attempt, when the ablation dispatches to a cluster
+LOG = "log.txt"  # the console, every attempt appended
+CONFIG = "config.yaml"  # a main job's configuration as it started (egpo.run_dir)
 NODES = "nodes.json"  # in the checkpoint folder: the nodes of the attempt's placement groups (its GPU workers)
 
 
@@ -226,3 +228,20 @@ def run_status(work: Path, job_alive: bool | None = None) -> RunStatus:
         failed = json.loads((work / FAILED).read_text()) if (work / FAILED).exists() else {}
         return RunStatus("failed", step, steps, failed.get("seconds"), last)
     return RunStatus("pending", step, steps, None, last)
+
+
+VERSIONED = ("verl", "torch", "transformers", "sglang", "vllm", "ray")
+
+
+def installed_versions() -> dict[str, str | None]:
+    """What a run's numbers depend on, as installed where the run was started (None: not installed); a run's
+    ``run.json`` keeps them for the report."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in VERSIONED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found

@@ -97,7 +97,7 @@ def config_keys(path: Path) -> list[tuple[int, str]]:
 def python_names(path: Path) -> list[tuple[int, str]]:
     text = path.read_text()
     return [(text[:m.start()].count("\n") + 1, m.group(1)) for m in NAME.finditer(text)
-            if not m.group(1).startswith(("egpo.probe.", "egpo.pass_at_k."))]  # config keys (egpo.trainer.key_check)
+            if not m.group(1).startswith(("egpo.probe.", "egpo.pass_at_k."))]  # config keys (egpo.preflight.key_check)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -131,13 +131,14 @@ def hydra_args(args: list[str]) -> tuple[str | None, str, list[str]]:
 def compose_checked(config_path: str | None, config_name: str, overrides: list[str]):
     """The composed config, with egpo's check of its own keys (misspelled ones are refused)."""
     from egpo.preflight.__main__ import compose
-    from egpo.trainer.key_check import check_unknown_keys
+    from egpo.preflight.findings import refuse
+    from egpo.preflight.key_check import check_unknown_keys
 
     if config_path and not Path(config_path).is_dir():  # a placeholder for the user's own config folder
         assert config_path.startswith("/path/to/"), f"--config-path={config_path} does not exist"
         config_path, config_name = None, "egpo_trainer"
     config = compose(config_path, config_name, overrides)
-    check_unknown_keys(config)
+    refuse(check_unknown_keys(config))
     return config
 
 

@@ -207,25 +207,27 @@ def test_the_jobs_runtime_env_adds_the_users_to_egpos(monkeypatch):
 def test_a_run_that_joins_a_cluster_gives_ray_init_no_node_resources_and_the_fix_works(monkeypatch):
     from egpo.ablation.cluster import CLUSTER_OVERRIDES
     from egpo.settings import EgpoConfigError
-    from egpo.trainer.startup_checks import check_cpu_backend, check_ray_cluster_settings
+    from egpo.preflight.cpu_backend import check_cpu_backend
+    from egpo.preflight.findings import refuse
+    from egpo.preflight.ray_cluster import check_ray_cluster_settings
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    check_ray_cluster_settings(compose())  # its own Ray: the recipe's counts are ray.init's
+    refuse(check_ray_cluster_settings(compose()))  # its own Ray: the recipe's counts are ray.init's
     with pytest.raises(EgpoConfigError) as refused:
-        check_ray_cluster_settings(compose("++ray_kwargs.ray_init.address=auto"))
+        refuse(check_ray_cluster_settings(compose("++ray_kwargs.ray_init.address=auto")))
     fix = str(refused.value).rsplit(": set ", 1)[1].split()
     assert fix == ["++ray_kwargs.ray_init.num_cpus=null", "++ray_kwargs.ray_init.num_gpus=null",
                    "++ray_kwargs.ray_init.resources=null"]
     joined = compose("++ray_kwargs.ray_init.address=auto", *fix)
-    check_ray_cluster_settings(joined)
-    check_cpu_backend(joined)  # the cluster's nodes hold the logical GPUs and 'cpu's, not ray.init
+    refuse(check_ray_cluster_settings(joined))
+    refuse(check_cpu_backend(joined))  # the cluster's nodes hold the logical GPUs and 'cpu's, not ray.init
     assert list(CLUSTER_OVERRIDES) == ["++ray_kwargs.ray_init.address=auto", *fix]
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # a Ray job's entrypoint
     with pytest.raises(EgpoConfigError, match="RAY_ADDRESS=10.0.0.1:6379"):
-        check_ray_cluster_settings(compose())
+        refuse(check_ray_cluster_settings(compose()))
     with pytest.raises(EgpoConfigError, match="num_gpus"):  # its own Ray, without the counts: refused as before
         monkeypatch.delenv("RAY_ADDRESS")
-        check_cpu_backend(compose("++ray_kwargs.ray_init.num_gpus=null"))
+        refuse(check_cpu_backend(compose("++ray_kwargs.ray_init.num_gpus=null")))
 
 
 STAND_IN = """

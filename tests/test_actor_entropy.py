@@ -1,4 +1,4 @@
-"""The actor's entropy as egpo reads it: in fp32, with no update-time entropy turned on (egpo.trainer.actor_entropy).
+"""The actor's entropy as egpo reads it: in fp32, with no update-time entropy turned on (egpo.preflight.actor_entropy).
 
 verl's plain ``entropy_from_logits`` works in the logits' dtype; its chunked one casts to fp32. With bf16 logits
 the first is off by about 0.1 nat per token, which the float64 reference below shows on Qwen3-sized logits; egpo
@@ -13,7 +13,8 @@ from verl.utils import torch_functional as verl_F
 
 from egpo.settings import EgpoConfigError, EgpoSettings
 from conftest import VERL
-from egpo.trainer.actor_entropy import (CALCULATE, CHUNKED, actor_entropy_keys, actor_entropy_precision,
+from egpo.preflight.findings import refuse
+from egpo.preflight.actor_entropy import (CALCULATE, CHUNKED, actor_entropy_keys, actor_entropy_precision,
                                         prepare_actor_entropy, reads_actor_entropy)
 
 
@@ -25,7 +26,7 @@ def config(*overrides, name="egpo_trainer"):
 def prepared(*overrides, name="egpo_trainer"):
     cfg = config(*overrides, name=name)
     lines = []
-    prepare_actor_entropy(cfg, EgpoSettings.from_algorithm(cfg.algorithm), echo=lines.append)
+    refuse(prepare_actor_entropy(cfg, EgpoSettings.from_algorithm(cfg.algorithm), echo=lines.append))
     return cfg, lines
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from egpo.advantage.config import ALGORITHM_DEFAULTS, ALGORITHM_KEYS, EgpoAlgorithmConfig
 from egpo.settings import EgpoConfigError, EgpoSettings
-from egpo.trainer.key_check import EGPO_ALGORITHM_KEYS
+from egpo.preflight.key_check import EGPO_ALGORITHM_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import torch
 from egpo.advantage import prompt_ends_inside_think
 from egpo.demo.build import DATA_SOURCE, build
 from egpo.demo.reward import compute_score
-from egpo.trainer.config import lookup_think_token_ids
+from egpo.preflight.think_tokens import lookup_think_token_ids
 
 
 @pytest.mark.parametrize(

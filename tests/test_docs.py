@@ -17,7 +17,7 @@ INLINE = [c for doc in DOCS for c in inline_commands(doc)]
 KEYS = [(doc.relative_to(ROOT), line, key) for doc in DOCS for line, key in config_keys(doc)]
 NAMES = [(doc.relative_to(ROOT), line, name) for doc in DOCS for line, name in python_names(doc)]
 # keys egpo.main sets at start-up (not in any config file), with where
-SET_AT_START_UP = {"actor_rollout_ref.rollout.agent.agent_loop_manager_class": "egpo.trainer.startup_checks"}
+SET_AT_START_UP = {"actor_rollout_ref.rollout.agent.agent_loop_manager_class": "egpo.preflight.rollout_path"}
 # keys of one verl only (the docs say so where they name them), checked on that verl's stack
 ONE_VERL_ONLY = {"trainer.use_legacy_worker_impl": "0.7.1"}
 

@@ -160,7 +160,7 @@ def test_a_score_run_of_a_bypass_arm_prepares_the_fp32_entropy_it_reads(tmp_path
 
     from egpo.ablation.arms import ARMS
     from egpo.generate.setup import generation_config
-    from egpo.trainer.actor_entropy import actor_entropy_keys, compiles_chunked_entropy
+    from egpo.preflight.actor_entropy import actor_entropy_keys, compiles_chunked_entropy
 
     chunked = ["actor_rollout_ref.model.use_remove_padding=true",
                "actor_rollout_ref.actor.entropy_from_logits_with_chunking=true"]

@@ -1,6 +1,9 @@
-"""The dependency direction the layout promises: advantage/ imports nothing of egpo's but itself; rollout/ never
-imports trainer/ (the names both share live below both, in egpo/keys.py and egpo/settings.py); compat/ (verl's table)
-sits below rollout/, trainer/ and preflight/; preflight/ below the entry points."""
+"""The dependency direction the layout promises (docs/layout.md): every room of egpo (a top-level module or package)
+sits on a floor, and imports only rooms on lower floors, lazy imports included, so no two rooms import each other.
+advantage/ imports nothing of egpo's but errors; rollout/ never imports trainer/ (the names both share live below
+both, in egpo/keys.py and egpo/settings.py); compat/ (verl's table) sits below rollout/, trainer/ and preflight/;
+preflight/ (everything the driver does before Ray) below the entry points, and never reaches into trainer/ (the
+trainer process)."""
 
 import ast
 from pathlib import Path
@@ -23,13 +26,56 @@ def egpo_imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("folder, forbidden", [
     ("rollout", ("egpo.trainer", "egpo.main", "egpo.probe", "egpo.cpu", "egpo.ablation", "egpo.report")),
     ("advantage", ("egpo.trainer", "egpo.rollout", "egpo.main", "egpo.settings", "egpo.keys", "egpo.probe", "egpo.cpu")),
-    ("preflight", ("egpo.main", "egpo.ablation", "egpo.report")),  # everything before Ray, below the entry points
+    ("preflight", ("egpo.main", "egpo.ablation", "egpo.report", "egpo.trainer")),  # before Ray, below the entry points
     ("compat", ("egpo.rollout", "egpo.trainer", "egpo.preflight", "egpo.main", "egpo.cpu", "egpo.probe")),  # verl's table
 ])
 def test_dependency_direction(folder, forbidden):
     offenders = {str(p.relative_to(PACKAGE)): sorted(m for m in egpo_imports(p) if m.startswith(forbidden))
                  for p in (PACKAGE / folder).rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+# lowest first; a room imports only rooms on floors below its own
+FLOORS = (
+    ("errors", "keys", "recipe_names", "significance", "run_state"),  # the names everything shares
+    ("patching", "advantage"),
+    ("settings",),
+    ("compat",),  # verl's table
+    ("rollout",),  # the engines, where rollout entropy is born
+    ("probe",),
+    ("cpu",),
+    ("demo", "run_dir"),
+    ("console", "trainer"),  # trainer/: the trainer process
+    ("preflight",),  # the driver before Ray
+    ("data", "runner"),
+    ("main", "generate"),  # the entry points and the tools
+    ("analyze",),
+    ("ablation",),
+    ("report",),
+)
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "egpo" else None
+
+
+def test_every_room_is_on_a_floor_and_imports_only_the_floors_below():
+    floor = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
+    rooms = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"} | \
+        {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name != "config"}
+    assert rooms == set(floor), ("rooms without a floor", rooms - set(floor), "floors without a room", set(floor) - rooms)
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        room = rel.parts[0].removesuffix(".py")
+        if room == "__init__":
+            continue
+        for imported in egpo_imports(path):
+            target = _room(imported)
+            if target in floor and target != room and floor[target] >= floor[room]:
+                upward.append(f"{rel} imports {imported} (floor {floor[target]} from floor {floor[room]})")
+    assert not upward, upward
 
 
 def test_shared_names_sit_below_rollout_and_trainer():

@@ -179,22 +179,23 @@ def test_every_entropy_method_arm_composes_with_every_recipe(recipe, demo, workd
     one CPU and one GPU recipe (the others differ from those in sizes only)."""
     from egpo.ablation import ARM_SETS, ARMS, seed_overrides
     from egpo.settings import EgpoSettings
-    from egpo.trainer.key_check import check_unknown_keys
-    from egpo.trainer.startup_checks import check_token_selection
+    from egpo.preflight.findings import refuse
+    from egpo.preflight.key_check import check_unknown_keys
+    from egpo.preflight.token_selection import check_token_selection
 
     monkeypatch.chdir(workdir)
     for arm in ARM_SETS["entropy_methods"]:
         engine = () if recipe in CPU else ENGINE_WORKERS
         overrides = [*overrides_for(recipe, demo), *engine, *ARMS[arm], *seed_overrides(1)]
         cfg = composed(recipe, overrides)
-        check_unknown_keys(cfg)
+        refuse(check_unknown_keys(cfg))
         settings = EgpoSettings.from_algorithm(cfg.algorithm)
         if recipe in CPU and settings.selects_tokens:
             # on a CPU verl 0.7.1's engine forward is bf16 whatever the FSDP config says: the 80/20 rule needs 0.9.1
             with pytest.raises(EgpoConfigError, match="Fix: trainer.use_legacy_worker_impl=disable"):
-                check_token_selection(cfg, settings)
+                refuse(check_token_selection(cfg, settings))
             continue
-        check_token_selection(cfg, settings)
+        refuse(check_token_selection(cfg, settings))
         for override in ARMS[arm]:
             key, value = override.split("=", 1)
             assert str(OmegaConf.select(cfg, key)) == value, (arm, key)

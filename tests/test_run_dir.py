@@ -185,7 +185,7 @@ def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo,
     from test_recipes import RECIPES
 
     from egpo.main import run
-    from egpo.run_dir import finished_run
+    from egpo.preflight.finished_run import finished_run
 
     where = tmp_path / "run"
     (where / "global_step_3").mkdir(parents=True)

@@ -9,14 +9,10 @@ from conftest import VERL, require_sglang
 from hydra import compose, initialize_config_dir
 
 from egpo.settings import EgpoConfigError, EgpoSettings
-from egpo.trainer.key_check import EGPO_ALGORITHM_KEYS
-from egpo.trainer.startup_checks import (
-    MANAGER_KEY,
-    SGLANG_CPU_ENGINE,
-    check_cpu_backend,
-    check_rollout_entropy_path,
-    select_agent_loop_manager,
-)
+from egpo.preflight.key_check import EGPO_ALGORITHM_KEYS
+from egpo.preflight.cpu_backend import SGLANG_CPU_ENGINE, check_cpu_backend
+from egpo.preflight.findings import refuse
+from egpo.preflight.rollout_path import MANAGER_KEY, check_rollout_entropy_path, select_agent_loop_manager
 from test_recipes import RECIPES
 
 STOCK_MANAGER = "verl.experimental.agent_loop.AgentLoopManager"
@@ -30,9 +26,9 @@ def smoke(*overrides):
 def checks(cfg):
     """What egpo.main runs before Ray starts, in its order."""
     settings = EgpoSettings.from_algorithm(cfg.algorithm, rollout_name=cfg.actor_rollout_ref.rollout.name)
-    check_cpu_backend(cfg)
+    refuse(check_cpu_backend(cfg))
     select_agent_loop_manager(cfg, settings)
-    check_rollout_entropy_path(cfg, settings)
+    refuse(check_rollout_entropy_path(cfg, settings))
 
 
 @pytest.mark.parametrize("source", ["actor", "rollout"])
@@ -65,7 +61,7 @@ def test_cpu_device_lists_every_missing_setting():
         "~ray_kwargs.ray_init.resources",
     )
     with pytest.raises(EgpoConfigError) as err:
-        check_cpu_backend(cfg)
+        refuse(check_cpu_backend(cfg))
     message = str(err.value)
     for fix in ("rollout.name=hf, sglang or vllm", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
         assert fix in message
@@ -84,7 +80,7 @@ def test_every_cpu_fix_works_when_pasted_verbatim(rollout):
         require_sglang()
         removed += [f"~actor_rollout_ref.rollout.engine_kwargs.sglang.{key}" for key in SGLANG_CPU_ENGINE]
     with pytest.raises(EgpoConfigError) as err:
-        check_cpu_backend(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed))
+        refuse(check_cpu_backend(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed)))
     fixes = pasted_fixes(str(err.value))
     assert len(fixes) == len(removed), (fixes, str(err.value))
     # on a recipe that lacks the keys and on one that has them (++ adds or overrides)
@@ -103,9 +99,9 @@ def test_verl_071s_engine_workers_on_cpu_need_fsdp2_and_the_fix_works_pasted():
 
 def test_sglang_on_cpu_needs_its_engine_settings():
     with pytest.raises(EgpoConfigError, match="free_cache_engine=false"):
-        check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=true"))
+        refuse(check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=true")))
     with pytest.raises(EgpoConfigError, match=r"engine_kwargs.sglang.device=cpu"):
-        check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.engine_kwargs.sglang.device=cuda"))
+        refuse(check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.engine_kwargs.sglang.device=cuda")))
 
 
 def test_rollout_entropy_from_an_engine_that_returns_none_is_refused_before_ray():
@@ -216,22 +212,22 @@ def test_harmless_engine_kwargs_values_pass(value):
     ("+egpo.pass_at_k.solved_score=full", "egpo.pass_at_k.solved_score must be a number"),
 ])
 def test_misspelled_keys_are_refused_with_the_closest_key(override, suggestion):
-    from egpo.trainer.key_check import check_unknown_keys
+    from egpo.preflight.key_check import check_unknown_keys
 
     with pytest.raises(EgpoConfigError) as err:
-        check_unknown_keys(smoke(override))
+        refuse(check_unknown_keys(smoke(override)))
     assert suggestion in str(err.value)
 
 
 def test_every_key_of_the_shipped_configs_is_known():
-    from egpo.trainer.key_check import check_unknown_keys
+    from egpo.preflight.key_check import check_unknown_keys
 
-    check_unknown_keys(smoke())
-    check_unknown_keys(smoke("++algorithm.egpo_token_selection=top_entropy", "++algorithm.egpo_top_entropy_quantile=0.1",
-                             "++egpo.pass_at_k.solved_score=3"))
+    refuse(check_unknown_keys(smoke()))
+    refuse(check_unknown_keys(smoke("++algorithm.egpo_token_selection=top_entropy", "++algorithm.egpo_top_entropy_quantile=0.1",
+                             "++egpo.pass_at_k.solved_score=3")))
     for name in sorted(p.stem for p in RECIPES.glob("*.yaml")):
         with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
-            check_unknown_keys(compose(config_name=name))
+            refuse(check_unknown_keys(compose(config_name=name)))
 
 
 @pytest.mark.parametrize("override, nearest", [
@@ -240,7 +236,7 @@ def test_every_key_of_the_shipped_configs_is_known():
     ("~algorithm.egpo_lamda", "algorithm.egpo_lambda"), ("egpo.prob.enable=true", "egpo.probe"),
 ])
 def test_a_misspelled_key_on_the_command_line_gets_the_nearest_key_with_or_without_plus(override, nearest):
-    from egpo.trainer.key_check import misspelled_override_problems
+    from egpo.preflight.key_check import misspelled_override_problems
 
     [problem] = misspelled_override_problems(["--config-name=cpu_smoke", override, "algorithm.egpo_lambda=0.3",
                                               "+algorithm.rollout_correction.bypass_mode=true", "trainer.device=cpu"])
@@ -337,11 +333,11 @@ def test_megatron_config_composes_with_egpos_keys_and_checks():
     import subprocess
     import sys
 
-    from egpo.trainer.key_check import check_unknown_keys
+    from egpo.preflight.key_check import check_unknown_keys
 
     cfg = megatron("algorithm.entropy_source=rollout", "actor_rollout_ref.rollout.name=sglang")
     assert cfg.actor_rollout_ref.actor.strategy == "megatron"
-    check_unknown_keys(cfg)
+    refuse(check_unknown_keys(cfg))
     checks(cfg)  # egpo's manager selected, sglang's limits checked
     proc = subprocess.run([sys.executable, "-m", "egpo.main", "--config-name=egpo_megatron_trainer", "--cfg", "job",
                            "algorithm.adv_estimator=egpo", "algorithm.egpo_lambda=0.3"],
@@ -354,8 +350,8 @@ def test_the_probe_is_refused_on_megatron():
     from egpo.preflight.prepare import pass_probe_settings_to_workers
 
     with pytest.raises(EgpoConfigError, match="egpo.probe.enable=false"):
-        pass_probe_settings_to_workers(megatron("egpo.probe.enable=true"))
-    pass_probe_settings_to_workers(megatron())
+        refuse(pass_probe_settings_to_workers(megatron("egpo.probe.enable=true")))
+    refuse(pass_probe_settings_to_workers(megatron()))
 
 
 @pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
@@ -363,8 +359,8 @@ def test_the_probe_is_refused_on_verl_071s_engine_workers():
     from egpo.preflight.prepare import pass_probe_settings_to_workers
 
     with pytest.raises(EgpoConfigError, match="hooks no verl 0.7.1 engine worker"):
-        pass_probe_settings_to_workers(smoke("egpo.probe.enable=true", "trainer.use_legacy_worker_impl=disable"))
-    pass_probe_settings_to_workers(smoke("egpo.probe.enable=true"))
+        refuse(pass_probe_settings_to_workers(smoke("egpo.probe.enable=true", "trainer.use_legacy_worker_impl=disable")))
+    refuse(pass_probe_settings_to_workers(smoke("egpo.probe.enable=true")))
 
 
 USER_CONFIG = Path(__file__).resolve().parent / "data" / "user_config"
@@ -380,11 +376,11 @@ def test_a_users_multi_turn_config_gets_egpo_by_overrides():
     from omegaconf import OmegaConf
 
     from egpo.rollout.agent_loop import MANAGER_PATH
-    from egpo.trainer.key_check import check_unknown_keys
+    from egpo.preflight.key_check import check_unknown_keys
 
     with initialize_config_dir(config_dir=str(USER_CONFIG), version_base=None):
         cfg = compose(config_name="multiturn_grpo", overrides=list(EGPO_ON_ANY_CONFIG))
-    check_unknown_keys(cfg)
+    refuse(check_unknown_keys(cfg))
     checks(cfg)
     assert OmegaConf.select(cfg, MANAGER_KEY) == MANAGER_PATH
     assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent"

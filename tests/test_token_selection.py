@@ -176,17 +176,18 @@ def test_settings_read_the_selection():
     ("algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true"),
 ])
 def test_a_loss_that_is_not_the_policy_gradient_alone_is_refused_with_a_fix_that_works(conflict):
-    from egpo.trainer.startup_checks import check_token_selection
+    from egpo.preflight.findings import refuse
+    from egpo.preflight.token_selection import check_token_selection
 
     selection = ("++algorithm.egpo_token_selection=top_entropy",)
     cfg = smoke(*selection, *conflict)
     with pytest.raises(EgpoConfigError) as err:
-        check_token_selection(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+        refuse(check_token_selection(cfg, EgpoSettings.from_algorithm(cfg.algorithm)))
     (fix,) = err.value.fixes
     assert " ".join(fix) in str(err.value)
     fixed = smoke(*selection, *conflict, *fix)
     settings = EgpoSettings.from_algorithm(fixed.algorithm)
-    check_token_selection(fixed, settings)
+    refuse(check_token_selection(fixed, settings))
     assert settings.selects_tokens
 
 

@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from egpo.settings import EgpoConfigError, EgpoSettings
 from test_recipes import RECIPES
-from egpo.trainer.config import lookup_think_token_ids, resolve_think_token_ids, warn_on_temperature_mismatch
+from egpo.preflight.think_tokens import lookup_think_token_ids, resolve_think_token_ids
+from egpo.trainer.temperature import warn_on_temperature_mismatch
 
 
 def composed(*overrides):

@@ -35,7 +35,7 @@ HIDDEN = 32  # the wide model's: its embedding (hidden x vocabulary) is no micro
 def prepared(recipe: str, arm: str, demo, monkeypatch):
     from egpo.preflight.prepare import prepare_config
 
-    # verl 0.7.1 runs the 80/20 rule on its engine workers only (egpo.trainer.startup_checks.check_token_selection)
+    # verl 0.7.1 runs the 80/20 rule on its engine workers only (egpo.preflight.token_selection.check_token_selection)
     engine = ("trainer.use_legacy_worker_impl=disable",) if VERL == "0.7.1" and "8020" in arm else ()
     cfg = composed(recipe, [*overrides_for(recipe, demo), *engine, *ARMS[arm], *seed_overrides(1)])
     return prepare_config(cfg, preflight=False)
@@ -141,7 +141,8 @@ def test_the_update_saves_nothing_vocabulary_sized_but_the_bonus(wide_model, dem
 
     from egpo.preflight.scale import entropy_saved_bytes
     from egpo.settings import EgpoSettings
-    from egpo.trainer.actor_entropy import prepare_actor_entropy
+    from egpo.preflight.actor_entropy import prepare_actor_entropy
+    from egpo.preflight.findings import refuse
 
     monkeypatch.chdir(workdir)
     created = not dist.is_initialized()
@@ -156,7 +157,7 @@ def test_the_update_saves_nothing_vocabulary_sized_but_the_bonus(wide_model, dem
             # the arm's actor settings on the CPU actor, prepared by egpo as a run would be
             actor_overrides = [o for o in ARMS[arm] if o.startswith("actor_rollout_ref.actor.")]
             cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(actor_overrides))
-            prepare_actor_entropy(cfg, EgpoSettings.from_algorithm(cfg.algorithm), echo=lambda line: None)
+            refuse(prepare_actor_entropy(cfg, EgpoSettings.from_algorithm(cfg.algorithm), echo=lambda line: None))
             worker = make_worker(cfg, lr=1e-3)
             data = batch()
             data.batch["input_ids"] = torch.randint(0, QWEN3_VOCAB, (B, P + R), generator=torch.Generator()

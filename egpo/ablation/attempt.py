@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
-from egpo.run_state import ATTEMPT_METRICS, CHECKPOINTS, RUN, begin_attempt, end_attempt, record_attempt, run_nodes
+from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, LOG, RUN, begin_attempt, end_attempt, installed_versions,
+                             record_attempt, run_nodes)
 
-LOG = "log.txt"
 
 
 def run_command(work: Path, config_path: str, config_name: str, arm: str, seed: int, steps: int,
@@ -65,22 +65,6 @@ def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], k
                                         "stall_timeout": stall_timeout, "recipe": recipe,
                                         "arm_overrides": list(ARMS.get(arm, ())), "overrides": list(overrides),
                                         "versions": installed_versions()}, indent=1))
-
-
-VERSIONED = ("verl", "torch", "transformers", "sglang", "vllm", "ray")
-
-
-def installed_versions() -> dict[str, str | None]:
-    """What a run's numbers depend on, as installed where the ablation was started (None: not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in VERSIONED:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 NO_REVALIDATION = "trainer.val_before_train=false"

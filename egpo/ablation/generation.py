@@ -23,13 +23,12 @@ from pathlib import Path
 
 from egpo.ablation.arms import ARMS, seed_overrides
 from egpo.ablation.attempt import override_value
-from egpo.run_state import CHECKPOINTS
+from egpo.run_state import CHECKPOINTS, DONE, RUN
 
 BASE = "generate_base"
 BASE_SCORED = "generate_base_scored"
 GENERATED = "generate"
 ON_BASE = "generate_on_base"
-DONE = "done.json"
 
 # per-run figures the report compares (name -> title), all at the run's last step
 TOKEN_METRICS = {
@@ -57,7 +56,7 @@ def generation_commands(out: Path, runs: list[Path], config_path: str, config_na
     if not (out / BASE_SCORED / DONE).exists():
         commands.append([*common, "--score", str(out / BASE), "--out", str(out / BASE_SCORED)])
     for work in runs:
-        info = json.loads((work / "run.json").read_text())
+        info = json.loads((work / RUN).read_text())
         arm, seed = info["arm"], int(info["seed"])
         own = [*common, *ARMS[arm], *seed_overrides(seed), "--checkpoint", str(work / CHECKPOINTS)]
         if not (work / GENERATED / DONE).exists():

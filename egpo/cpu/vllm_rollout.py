@@ -217,22 +217,6 @@ def uses_vllm_on_cpu(config) -> bool:
             and OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None) == "vllm")
 
 
-def leftover_finding(config):
-    """A warning naming the segments in /dev/shm that no process maps, for a CPU run with vLLM (None otherwise)."""
-    from egpo.preflight.findings import warning
-
-    if not uses_vllm_on_cpu(config) or not SHM.is_dir():
-        return None
-    left = unmapped_segments()
-    if not left:
-        return None
-    size = sum(disk_bytes(p) for p in left)
-    kinds = "; ".join(f"{pattern}: {what}" for pattern, what in SEGMENT_PATTERNS.items()
-                      if any(p.match(pattern) for p in left))
-    return warning("shm", f"{len(left)} segment(s) in {SHM} that no process maps hold {size / 2**20:.0f} MB of memory "
-                          f"({kinds}), left by a run that was killed; remove them: rm {' '.join(map(str, left))}")
-
-
 class SegmentsOfThisRun:
     """Around a CPU run with vLLM: the segments it created in /dev/shm that outlive it are removed at the process's
     exit (after the run's closing lines, which Ray forwards until its shutdown), once Ray is shut down and no process

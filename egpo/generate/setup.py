@@ -66,7 +66,7 @@ def recipe_options(args) -> str:
 
 def prepare_generation(args):
     """-> (config with its ``egpo_generate`` node, the store holding run.json)."""
-    from egpo.ablation.attempt import installed_versions
+    from egpo.run_state import DONE, installed_versions
     from egpo.rollout.entropy import EntropyOptions
 
     for name in ("n", "max_rows", "chunk"):
@@ -76,7 +76,7 @@ def prepare_generation(args):
     if args.score is not None:
         source = args.score.expanduser().resolve()
         held = read_run(source, recipe=recipe_options(args))
-        if not (source / "done.json").exists():
+        if not (source / DONE).exists():
             raise EgpoConfigError(f"--score {args.score}: that run is not finished (no done.json); rerun its command "
                                   "to finish it first")
         if source == out:

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 from egpo.errors import EgpoConfigError
+from egpo.run_state import DONE, RUN
 
-RUN = "run.json"
-DONE = "done.json"
 SAMPLES = "samples"
 PART = "part-{:05d}.parquet"
 

@@ -57,7 +57,7 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
     attention = attention_finding(config)
     if attention is not None:
         findings.append(attention)
-    from egpo.cpu.vllm_rollout import leftover_finding
+    from egpo.preflight.cpu_backend import leftover_finding
 
     leftover = leftover_finding(config)
     if leftover is not None:
@@ -70,14 +70,15 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
 
 
 def startup_preflight(config, echo=print) -> list[Finding]:
-    """At start-up: the cheap findings; errors stop the run (EgpoConfigError), warnings and facts are printed."""
-    from egpo.settings import EgpoConfigError
+    """At start-up: the cheap findings, their errors as one refusal (the run stops), else their warnings and facts
+    printed."""
+    from egpo.preflight.findings import error
 
     findings = preflight_findings(config)
     errors = [f for f in findings if f.level == "error"]
     if errors:
-        raise EgpoConfigError("preflight: " + "; ".join(f.text for f in errors) +
-                              ". Nothing was started (python -m egpo.preflight lists every finding).")
+        return [error("preflight", "preflight: " + "; ".join(f.text for f in errors) +
+                      ". Nothing was started (python -m egpo.preflight lists every finding).")]
     for finding in findings:
         echo(f"[egpo preflight] {finding.line()}")
     return findings

@@ -35,25 +35,16 @@ def compose(config_path: str | None, config_name: str, overrides: list[str]):
 def run(config_path: str | None, config_name: str, overrides: list[str],
         print_config: bool = False) -> tuple[int, list[str]]:
     from egpo.preflight import preflight_findings
-    from egpo.preflight.findings import error
-    from egpo.preflight.model_source import model_source_problem
     from egpo.preflight.prepare import prepare
-    from egpo.trainer.config import load_tokenizer
+    from egpo.preflight.think_tokens import read_tokenizer
 
     prepared = prepare(compose(config_path, config_name, overrides), preflight=False)
     config, findings = prepared.config, list(prepared.findings)
     tokenizer = None
-    problem = None if any(f.topic == "model" for f in findings) else \
-        model_source_problem(config.actor_rollout_ref.model.path)  # prepare could not read it either, and said why
-    if problem:
-        findings.append(error("model", f"{problem}; prompt lengths were not measured"))
-    elif not any(f.topic == "model" for f in findings):
-        try:
-            tokenizer = load_tokenizer(config)
-        except Exception as err:  # noqa: BLE001 - any failure to load is reported, not raised
-            findings.append(error("model", f"cannot load the tokenizer of actor_rollout_ref.model.path="
-                                           f"{config.actor_rollout_ref.model.path} ({type(err).__name__}: {err}); "
-                                           "prompt lengths were not measured"))
+    if not any(f.topic == "model" for f in findings):  # else prepare could not read it either, and said why
+        tokenizer, problem = read_tokenizer(config, "the prompt lengths were not measured")
+        if problem is not None:
+            findings.append(problem)
     findings += preflight_findings(config, tokenizer)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)

@@ -22,7 +22,7 @@ def _select(config, key, default=None):
 
 def actor_entropy_findings(config, settings=None) -> list[Finding]:
     from egpo.settings import EgpoSettings
-    from egpo.trainer.actor_entropy import actor_entropy_precision, reads_actor_entropy
+    from egpo.preflight.actor_entropy import actor_entropy_precision, reads_actor_entropy
 
     settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     if not reads_actor_entropy(settings):
@@ -31,7 +31,7 @@ def actor_entropy_findings(config, settings=None) -> list[Finding]:
     precision = actor_entropy_precision(config)
     if precision == "fp32":
         return [fact("entropy", f"the actor's entropy ({use}) is computed in fp32 "
-                                "(egpo.trainer.actor_entropy)")]
+                                "(egpo.preflight.actor_entropy)")]
     return [warning("entropy", f"the actor's entropy ({use}) would be computed in bf16: {precision}")]
 
 

@@ -1,11 +1,12 @@
-"""Everything egpo does to a run's config in the driver, before Ray: one pass of named steps that complete the config
-(what egpo sets in verl's config) and check it (what egpo refuses), every refusal a finding.
+"""Everything egpo does to a run's config in the driver, before Ray: one pass that completes the config (what egpo
+sets in verl's config) and checks it (what egpo refuses), every check's problems a finding.
 
-:func:`prepare` runs every step it can and returns the completed config with all findings: a refused step does not
-stop the others (a step that needs the ``algorithm`` settings is skipped when they are refused, and says so).
-``python -m egpo.main`` refuses the run when any finding is an error (:func:`prepare_config`);
-``python -m egpo.preflight`` prints all of them. The order is the one verl needs: the stack and the keys first, then
-the paths and the devices, then the rollout path, the actor's entropy and the thinking markers.
+:func:`prepare` runs every step, in the order read below, and returns the completed config with all findings: a
+check's error does not stop the others (the steps that need the ``algorithm`` settings are skipped when those are
+refused, and a warning says so). ``python -m egpo.main`` refuses the run when any finding is an error
+(:func:`prepare_config`); ``python -m egpo.preflight`` prints all of them. The order is the one verl needs: the keys
+and the stack first, then the paths, the outputs and the devices, then the rollout path, the actor's entropy and
+the thinking markers, then the preflight's figures.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.errors import EgpoConfigError, EgpoError
-from egpo.preflight.findings import Finding, error, warning
+from egpo.errors import EgpoError
+from egpo.preflight.findings import Finding, error, refusal, refused, warning
 
 
-def build_demo_if_missing(config: DictConfig, echo=print) -> None:
+def demo_wanted(config: DictConfig) -> bool:
+    return bool((config.get("egpo_demo", None) or {}).get("build_if_missing", False))
+
+
+def build_demo_if_missing(config: DictConfig, echo=print) -> list[Finding]:
     """Recipes with an ``egpo_demo`` node (recipes/cpu_smoke.yaml) get the tiny model and task built on first use; a
     vLLM rollout's in ``<egpo_demo.out>/vllm``, with the attention heads vLLM's CPU attention runs."""
     demo = config.get("egpo_demo", None)
@@ -33,74 +38,59 @@ def build_demo_if_missing(config: DictConfig, echo=print) -> None:
             demo.out = f"{str(demo.out).rstrip('/')}/{VLLM_DEMO}"
             echo(f"[egpo] the demo for rollout.name=vllm: {demo.out} (attention heads of {head_dim}, the smallest "
                  "vLLM's CPU attention runs)")
-        build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)), head_dim=head_dim)
+        try:
+            build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)), head_dim=head_dim)
+        except EgpoError as err:
+            return [refused("demo", err)]
+    return []
 
 
-def pass_probe_settings_to_workers(config: DictConfig) -> None:
+def pass_probe_settings_to_workers(config: DictConfig) -> list[Finding]:
     """``egpo.probe.*`` (validated here) travels to the actor workers inside ``actor_rollout_ref``."""
     from omegaconf import open_dict
 
     from egpo.probe.settings import WORKER_KEY, ProbeSettings
 
     node = OmegaConf.select(config, "egpo.probe", default=None)
-    enabled = ProbeSettings.from_config(node).enable
+    try:
+        enabled = ProbeSettings.from_config(node).enable
+    except EgpoError as err:
+        return [refused("probe", err)]
+    found = []
     if enabled and config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
-        raise EgpoConfigError(
-            "egpo.probe.enable=true hooks verl's FSDP actor, but actor_rollout_ref.actor.strategy=megatron; set "
-            "++egpo.probe.enable=false (or train with actor_rollout_ref.actor.strategy=fsdp2)"
-        )
-    if enabled:
+        found.append(error("probe", "egpo.probe.enable=true hooks verl's FSDP actor, but "
+                                    "actor_rollout_ref.actor.strategy=megatron; set ++egpo.probe.enable=false (or "
+                                    "train with actor_rollout_ref.actor.strategy=fsdp2)"))
+    elif enabled:
         from egpo.compat.versions import verl_version
         from egpo.compat.workers import PROBE_WORKER, worker_family
 
         family = worker_family(config)
         if (verl_version(), family) not in PROBE_WORKER:
-            raise EgpoConfigError(f"egpo.probe.enable=true hooks no verl {verl_version()} {family} worker; set "
-                                  "++egpo.probe.enable=false (or trainer.use_legacy_worker_impl=auto)")
+            found.append(error("probe", f"egpo.probe.enable=true hooks no verl {verl_version()} {family} worker; set "
+                                        "++egpo.probe.enable=false (or trainer.use_legacy_worker_impl=auto)"))
     with open_dict(config.actor_rollout_ref):
         config.actor_rollout_ref[WORKER_KEY] = node if node is not None else {"enable": False}
+    return found
 
 
 @dataclass
 class Prepared:
-    """The config after every step that ran, the findings, and the refusals behind the error findings."""
+    """The config after every step, and every finding."""
 
     config: DictConfig
     findings: list[Finding] = field(default_factory=list)
-    refusals: list[EgpoError] = field(default_factory=list)
-
-    def refuse(self, topic: str, err: EgpoError) -> None:
-        self.findings.append(error(topic, str(err)))
-        self.refusals.append(err)
 
 
-def _select_cpu_platform(config: DictConfig) -> None:
-    if config.trainer.get("device", "cuda") == "cpu":
-        from egpo.cpu.platform import select_cpu_platform
+def read_settings(config: DictConfig):
+    """-> (the run's ``algorithm`` settings, or None where they are refused; the findings)."""
+    from egpo.settings import EgpoSettings
 
-        select_cpu_platform(config)
-
-
-def _think_tokens(config: DictConfig, settings) -> None:
-    from egpo.trainer.config import load_tokenizer, resolve_think_token_ids
-
-    if not settings.enabled:
-        return
-    from egpo.preflight.model_source import model_source_problem
-
-    problem = model_source_problem(config.actor_rollout_ref.model.path)
-    if problem:
-        raise EgpoConfigError(f"{problem}; egpo reads the <think> ids from its tokenizer")
+    rollout_name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
     try:
-        tokenizer = load_tokenizer(config)
-    except EgpoError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a model that cannot be read is a finding, whatever the loader raised
-        raise EgpoConfigError(
-            f"cannot load the tokenizer of actor_rollout_ref.model.path={config.actor_rollout_ref.model.path} "
-            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); egpo reads the <think> ids "
-            "from it: give a local model folder, or the hub id on a machine that reaches the hub") from None
-    resolve_think_token_ids(config, tokenizer)
+        return EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name), []
+    except EgpoError as err:
+        return None, [refused("algorithm", err)]
 
 
 def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
@@ -113,73 +103,66 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
     from verl.utils.device import auto_set_device
 
-    from egpo.preflight.stack import check_stack
-    from egpo.preflight.paths import resolve_local_paths
     from egpo.console import quiet_workers
+    from egpo.preflight.actor_entropy import prepare_actor_entropy
+    from egpo.preflight.cpu_backend import check_cpu_backend
+    from egpo.preflight.key_check import check_unknown_keys
+    from egpo.preflight.paths import resolve_local_paths
+    from egpo.preflight.ray_cluster import check_ray_cluster_settings
+    from egpo.preflight.rollout_path import check_rollout_entropy_path, select_agent_loop_manager
+    from egpo.preflight.stack import check_stack
+    from egpo.preflight.think_tokens import think_token_findings
+    from egpo.preflight.token_selection import check_token_selection
     from egpo.run_dir import complete_run_outputs
-    from egpo.settings import EgpoSettings
-    from egpo.trainer.actor_entropy import prepare_actor_entropy
-    from egpo.trainer.key_check import check_unknown_keys
-    from egpo.trainer.startup_checks import (check_cpu_backend, check_ray_cluster_settings, check_rollout_entropy_path,
-                                             check_token_selection, select_agent_loop_manager)
 
-    result = Prepared(config)
+    found: list[Finding] = []
+    found += check_unknown_keys(config)
+    found += check_stack(config)
+    settings, settings_found = read_settings(config)
+    found += settings_found
+    demo_built = True
+    if demo_wanted(config) and refusal(found):  # nothing is built for a run that is refused anyway
+        demo_built = False
+        found.append(warning("demo", "the demo model was not built (the run is refused above), so its tokenizer was "
+                                     "not read"))
+    elif demo_wanted(config):
+        demo_found = build_demo_if_missing(config, echo)
+        found += demo_found
+        demo_built = not demo_found
+    resolve_local_paths(config)
+    complete_run_outputs(config)
+    quiet_workers(config)
+    found += pass_probe_settings_to_workers(config)
+    if config.trainer.get("device", "cuda") == "cpu":
+        from egpo.cpu.platform import select_cpu_platform
 
-    def step(topic: str, fn, *args) -> bool:
-        try:
-            fn(*args)
-        except EgpoError as err:
-            result.refuse(topic, err)
-            return False
-        return True
-
-    step("keys", check_unknown_keys, config)
-    step("stack", check_stack, config)
-    rollout_name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
-    settings = None
-    try:
-        settings = EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name)
-    except EgpoError as err:
-        result.refuse("algorithm", err)
-    demo_missing = bool((config.get("egpo_demo", None) or {}).get("build_if_missing", False))
-    if demo_missing and result.refusals:  # nothing is built for a run that is refused anyway
-        result.findings.append(warning("demo", "the demo model was not built (the run is refused above), so its "
-                                               "tokenizer was not read"))
-    elif demo_missing:
-        demo_missing = not step("demo", build_demo_if_missing, config, echo)
-    step("paths", resolve_local_paths, config)
-    step("outputs", complete_run_outputs, config)
-    step("console", quiet_workers, config)
-    step("probe", pass_probe_settings_to_workers, config)
-    step("cpu", _select_cpu_platform, config)
+        select_cpu_platform(config)
     auto_set_device(config)
-    step("ray", check_ray_cluster_settings, config)
-    step("cpu", check_cpu_backend, config)
+    found += check_ray_cluster_settings(config)
+    found += check_cpu_backend(config)
     if settings is None:
-        result.findings.append(warning("algorithm", "the rollout path, the 80/20 rule, the actor's entropy and the "
-                                                  "thinking markers were not checked: fix algorithm.* first"))
+        found.append(warning("algorithm", "the rollout path, the 80/20 rule, the actor's entropy and the thinking "
+                                          "markers were not checked: fix algorithm.* first"))
     else:
-        if step("rollout", select_agent_loop_manager, config, settings):
-            step("rollout", check_rollout_entropy_path, config, settings)
-        step("80/20", check_token_selection, config, settings)
-        step("actor", prepare_actor_entropy, config, settings, echo)
-    result.config = config = migrate_legacy_reward_impl(config)
-    if settings is not None and not demo_missing:
-        step("model", _think_tokens, config, settings)
-    if preflight and not result.refusals:
+        select_agent_loop_manager(config, settings)
+        found += check_rollout_entropy_path(config, settings)
+        found += check_token_selection(config, settings)
+        found += prepare_actor_entropy(config, settings, echo)
+    config = migrate_legacy_reward_impl(config)
+    if settings is not None and demo_built:
+        found += think_token_findings(config, settings)
+    if preflight and not refusal(found):
         from egpo.preflight import startup_preflight
 
-        step("preflight", startup_preflight, config, echo)
-    return result
+        found += startup_preflight(config, echo)
+    return Prepared(config, found)
 
 
 def prepare_config(config: DictConfig, preflight: bool = True, echo=print) -> DictConfig:
     """:func:`prepare`, refusing the run on any error: the one refusal as it was raised (its fixes kept), or all of
     them, one line each."""
     result = prepare(config, preflight=preflight, echo=echo)
-    if len(result.refusals) == 1:
-        raise result.refusals[0]
-    if result.refusals:
-        errors = [f.line() for f in result.findings if f.level == "error"]
-        raise EgpoConfigError(f"{len(result.refusals)} problems:\n" + "\n".join(errors))
+    err = refusal(result.findings)
+    if err is not None:
+        raise err
     return result.config

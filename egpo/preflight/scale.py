@@ -173,7 +173,7 @@ def entropy_saved_bytes(config, tokens: int, vocab: int) -> int:
 
 def gpu_findings(config, shape: ModelShape, settings=None) -> list[Finding]:
     from egpo.settings import EgpoSettings
-    from egpo.trainer.actor_entropy import actor_entropy_keys, reads_actor_entropy
+    from egpo.preflight.actor_entropy import actor_entropy_keys, reads_actor_entropy
 
     settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     findings = []

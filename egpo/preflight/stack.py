@@ -11,7 +11,8 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from egpo.compat.versions import verl_stack, verl_version
-from egpo.errors import EgpoConfigError
+from egpo.errors import EgpoError
+from egpo.preflight.findings import Finding, error, refused, warning
 
 
 def stack_problems(config: DictConfig, version: str) -> list[str]:
@@ -43,8 +44,6 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
     nodes of their own image). None: a CPU run, another attention, or flash_attn installed."""
     import importlib.util
 
-    from egpo.preflight.findings import error, warning
-
     if str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu":
         return None
     attention = OmegaConf.select(config, ATTENTION_KEY, default=None) or FLASH_ATTENTION
@@ -64,14 +63,17 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
                                                                                   "another image, check it there)")
 
 
-def check_stack(config: DictConfig) -> str:
+def check_stack(config: DictConfig) -> list[Finding]:
     """The installed verl is a tested one, shaped as egpo relies on (:mod:`egpo.compat.verl_shapes`), and this config
-    is one its egpo runs. Returns the verl version."""
+    is one its egpo runs."""
     from egpo.compat.verl_shapes import check_verl_shapes
 
-    version = verl_version()
-    check_verl_shapes(version)
+    try:
+        version = verl_version()
+        check_verl_shapes(version)
+    except EgpoError as err:
+        return [refused("stack", err)]
     problems = stack_problems(config, version)
     if problems:
-        raise EgpoConfigError(f"on verl {version}: " + "; ".join(problems) + ". Nothing was started.")
-    return version
+        return [error("stack", f"on verl {version}: " + "; ".join(problems) + ". Nothing was started.")]
+    return []

@@ -38,7 +38,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from egpo.advantage.registry import register as register_estimator
 from egpo.trainer import advantage_step, pass_at_k
 from egpo.settings import EgpoSettings
-from egpo.trainer.config import warn_on_temperature_mismatch
+from egpo.trainer.temperature import warn_on_temperature_mismatch
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 from egpo.trainer.metrics import entropy_agreement, format_step_summary
 from egpo.trainer.thought_watch import NeverThinksWatch

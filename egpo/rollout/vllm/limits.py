@@ -1,6 +1,6 @@
 """Rollout settings under which vLLM would return no, or wrong, per-token entropy.
 
-Checked before Ray starts (:mod:`egpo.trainer.startup_checks`) and again by egpo's vLLM server before vLLM launches
+Checked before Ray starts (:mod:`egpo.preflight.rollout_path`) and again by egpo's vLLM server before vLLM launches
 (in the server's own environment). No vLLM import here. verl passes ``engine_kwargs.vllm`` to vLLM's engine
 arguments, so the same settings are refused there, each with the key to remove.
 """

@@ -17,7 +17,7 @@ corrupt it:
   where a user's config does (or an entropy bonus needs it) the preflight states its memory
   (:mod:`egpo.preflight.scale`).
 
-:func:`prepare_actor_entropy` sets what it can and refuses (with the fixes) what it cannot.
+:func:`prepare_actor_entropy` sets what it can and returns the refusal (with the fixes) of what it cannot.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from egpo.settings import EgpoConfigError, EgpoSettings
+from egpo.preflight.findings import Finding, error
+from egpo.settings import EgpoSettings
 
 ACTOR = "actor_rollout_ref.actor"
 CHUNKED = f"{ACTOR}.entropy_from_logits_with_chunking"
@@ -108,11 +109,11 @@ def compiles_chunked_entropy(config: DictConfig, version: str | None = None) -> 
     return [key for key in keys.compile if OmegaConf.select(config, key, default=True)]
 
 
-def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print) -> None:
+def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print) -> list[Finding]:
     """Where egpo reads the actor's entropy: fp32 entropy (chunked entropy set on the remove-padding path, with verl's
     compile of it off; the padded bf16 path refused with its fixes). Any other run is left as it is."""
     if not reads_actor_entropy(settings):
-        return
+        return []
     with open_dict(config):
         precision = actor_entropy_precision(config)
         if precision != "fp32" and OmegaConf.select(config, REMOVE_PADDING, default=False):
@@ -130,9 +131,11 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
     if precision != "fp32":
         what = ("the bonus" if settings.entropy_source == "actor" else
                 "egpo/entropy_rollout_vs_actor/* (rollout and actor agreement)")
-        raise EgpoConfigError(
+        return [error(
+            "actor",
             f"egpo reads the actor's entropy ({what}), but it would be computed in bf16: {precision}, an error of about "
             f"0.1 nat per token. Fix: {UNFIXABLE_FIXES[0][0]} (verl's fp32 chunked entropy, which egpo then turns "
             f"on), or {UNFIXABLE_FIXES[1][0]} (fp32 logits)",
             UNFIXABLE_FIXES,
-        )
+        )]
+    return []

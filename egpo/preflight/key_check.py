@@ -14,7 +14,7 @@ import difflib
 from omegaconf import DictConfig, OmegaConf
 
 from egpo.advantage.config import ALGORITHM_KEYS
-from egpo.settings import EgpoConfigError
+from egpo.preflight.findings import Finding, error
 
 EGPO_ALGORITHM_KEYS = ALGORITHM_KEYS  # declared once, in egpo.advantage.config
 EGPO_KEYS = ("probe", "pass_at_k")
@@ -71,7 +71,7 @@ def misspelled_override_problems(overrides: list[str]) -> list[str]:
     return problems
 
 
-def check_unknown_keys(config: DictConfig) -> None:
+def check_unknown_keys(config: DictConfig) -> list[Finding]:
     problems = _unknown(config.algorithm, verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "algorithm")
     egpo = OmegaConf.select(config, "egpo", default=None)
     if egpo is not None:
@@ -89,4 +89,5 @@ def check_unknown_keys(config: DictConfig) -> None:
                 problems.append(f"egpo.pass_at_k.solved_score must be a number (got {score!r}): the validation score "
                                 "at or above which a sample counts as solved, e.g. ++egpo.pass_at_k.solved_score=1.0")
     if problems:
-        raise EgpoConfigError("; ".join(problems) + ". Remove or rename the key(s); nothing was started.")
+        return [error("keys", "; ".join(problems) + ". Remove or rename the key(s); nothing was started.")]
+    return []

@@ -1,7 +1,5 @@
-"""The ``<think>`` token-id lookup and the temperature check (the settings themselves: :mod:`egpo.settings`).
-
-Everything here runs in the driver before Ray or any worker starts, and every error names the fix.
-"""
+"""The ``<think>`` and ``</think>`` ids EGPO's chain-of-thought span needs, read from the model's tokenizer into
+``algorithm.cot_*_token_id`` in the driver before Ray starts; every error names the fix."""
 
 from __future__ import annotations
 
@@ -10,8 +8,9 @@ import logging
 from omegaconf import DictConfig, open_dict
 
 from egpo.advantage.variants import ESTIMATOR_NAME
-from egpo.rollout.entropy import EntropyOptions
-from egpo.settings import EgpoConfigError, EgpoSettings, estimator_name
+from egpo.errors import EgpoConfigError, EgpoError
+from egpo.preflight.findings import Finding, refused
+from egpo.settings import EgpoSettings, estimator_name
 
 logger = logging.getLogger(__name__)
 
@@ -62,28 +61,6 @@ def resolve_think_token_ids(config: DictConfig, tokenizer) -> None:
             algorithm.cot_end_token_id = end_id
 
 
-def warn_on_temperature_mismatch(config: DictConfig, settings: EgpoSettings) -> str | None:
-    """When a run compares rollout and actor entropy, both must describe the same distribution.
-
-    The actor's entropy is taken on temperature-scaled logits; the rollout's on raw logits unless
-    ``actor_rollout_ref.rollout.custom.entropy.temperature_scaled`` is true. They agree only at temperature 1.
-    """
-    rollout = config.actor_rollout_ref.rollout
-    temperature = float(rollout.get("temperature", 1.0))
-    scaled = EntropyOptions.from_rollout_config(rollout).temperature_scaled
-    compares = not settings.bypass_mode  # both entropies exist whenever the actor recomputes
-    if settings.enabled and compares and temperature != 1.0 and not scaled:
-        message = (
-            f"rollout temperature is {temperature}: the rollout entropy is taken on raw logits while the actor's "
-            "entropy is taken on temperature-scaled logits, so egpo/entropy_rollout_vs_actor/* compares two different "
-            "distributions. For the ablation set ++actor_rollout_ref.rollout.custom.entropy.temperature_scaled=true "
-            "or sample at temperature 1.0."
-        )
-        logger.warning(message)
-        return message
-    return None
-
-
 def load_tokenizer(config):
     """The tokenizer of ``actor_rollout_ref.model.path``, loaded as verl loads it."""
     from verl.utils import hf_tokenizer
@@ -91,3 +68,38 @@ def load_tokenizer(config):
 
     path = copy_to_local(config.actor_rollout_ref.model.path, use_shm=False)
     return hf_tokenizer(path, trust_remote_code=config.data.get("trust_remote_code", False))
+
+
+def read_tokenizer(config: DictConfig, use: str):
+    """-> (the tokenizer of ``actor_rollout_ref.model.path``, or None; the finding that says why not, or None).
+    ``use``: what it is read for, said in the finding."""
+    from egpo.preflight.model_source import model_source_problem
+
+    path = config.actor_rollout_ref.model.path
+    problem = model_source_problem(path)
+    if problem:
+        return None, refused("model", EgpoConfigError(f"{problem}; {use}"))
+    try:
+        return load_tokenizer(config), None
+    except EgpoError as err:
+        return None, refused("model", err)
+    except Exception as err:  # noqa: BLE001 - a model that cannot be read is a finding, whatever the loader raised
+        return None, refused("model", EgpoConfigError(
+            f"cannot load the tokenizer of actor_rollout_ref.model.path={path} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); {use}: give a local model folder, or the hub id on a "
+            "machine that reaches the hub"))
+
+
+def think_token_findings(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
+    """An egpo run's markers filled from its model's tokenizer (:func:`resolve_think_token_ids`), or the refusal of a
+    model whose tokenizer cannot be read here or lacks them."""
+    if not settings.enabled:
+        return []
+    tokenizer, problem = read_tokenizer(config, "egpo reads the <think> ids from its tokenizer")
+    if problem is not None:
+        return [problem]
+    try:
+        resolve_think_token_ids(config, tokenizer)
+    except EgpoError as err:
+        return [refused("model", err)]
+    return []

@@ -1,0 +1,104 @@
+"""The rollout path: egpo's agent-loop manager where a run needs it (completed here), and an engine that returns the
+entropy a run reads from its rollout (checked here, with sglang's and vLLM's own limits)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from egpo.preflight.findings import Finding, error
+from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoSettings, fix_text
+
+MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+
+
+def _rollout_name(config: DictConfig) -> str | None:
+    """``actor_rollout_ref.rollout.name`` (None while still ``???``: verl itself asks for it later)."""
+    return OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
+
+
+def _load(path: str):
+    from verl.utils.import_utils import load_class_from_fqn
+
+    return load_class_from_fqn(path, "AgentLoopManager")
+
+
+def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> None:
+    """egpo's agent-loop manager where egpo needs it, verl's own path everywhere else.
+
+    With ``adv_estimator=egpo`` (the rollout's entropy into the batch, sglang's entropy server, the tool loop's
+    per-turn entropy) or ``rollout.name=hf`` (egpo's CPU rollout), an unset manager becomes egpo's. Any other run
+    (GRPO, PPO, ...) keeps verl's manager, replicas, sample order and agent loops. A manager set explicitly is kept
+    (and checked by :func:`check_rollout_entropy_path`).
+    """
+    from omegaconf import open_dict
+
+    from egpo.rollout.agent_loop import MANAGER_PATH
+
+    if OmegaConf.select(config, MANAGER_KEY, default=None):
+        return
+    if settings.enabled or _rollout_name(config) == "hf":
+        with open_dict(config):
+            OmegaConf.update(config, MANAGER_KEY, MANAGER_PATH, force_add=True)
+
+
+def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
+    """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
+    into the batch); rollout.name=hf needs that manager too; sglang's and vLLM's entropy limits are checked here already."""
+    from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
+
+    rollout = config.actor_rollout_ref.rollout
+    name = _rollout_name(config)
+    wants_rollout_entropy = settings.reads_rollout_entropy
+    if wants_rollout_entropy and name is not None and name not in ENTROPY_ROLLOUTS:
+        # actor entropy needs the recompute that bypass mode skips: then that fix turns bypass mode off too
+        actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
+        fixes = ((f"{ROLLOUT_NAME}=sglang",), actor)
+        return [error(
+            "rollout",
+            f"algorithm.entropy_source=rollout, but {ROLLOUT_NAME}={name} returns no per-token entropy (egpo makes "
+            f"sglang and vLLM return it, and its own hf server on a CPU). Fix: {fix_text(fixes)}.",
+            fixes,
+        )]
+    manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
+    uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)
+    if uses_ours and name == "sglang":
+        from egpo.rollout.sglang.limits import UnsupportedRolloutSettingError, refuse_unsupported_settings
+
+        try:
+            refuse_unsupported_settings(rollout)
+        except UnsupportedRolloutSettingError as err:
+            return [error("rollout", str(err))]
+    if uses_ours and name == "vllm" and wants_rollout_entropy:
+        return check_vllm_rollout_entropy(rollout, settings)
+    if uses_ours:
+        return []
+    if wants_rollout_entropy:
+        return [error(
+            "rollout",
+            f"algorithm.entropy_source=rollout, but {MANAGER_KEY}={manager_path!r} does not put the rollout's entropy "
+            f"into the batch. Set ++{MANAGER_KEY}={MANAGER_PATH} (or leave it unset: egpo.main selects it) or use "
+            "++algorithm.entropy_source=actor."
+        )]
+    if _rollout_name(config) == "hf":
+        return [error(
+            "rollout",
+            f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs ++{MANAGER_KEY}={MANAGER_PATH} "
+            "(or leave it unset: egpo.main selects it)"
+        )]
+    return []
+
+
+def check_vllm_rollout_entropy(rollout: DictConfig, settings: EgpoSettings) -> list[Finding]:
+    """vLLM's rollout entropy: a vLLM version egpo patches, and no setting under which the entropy would be missing or
+    wrong (:mod:`egpo.rollout.vllm.limits`). Reads package metadata only: vLLM itself is imported by its server."""
+    from egpo.rollout.vllm.limits import UnsupportedVllmSettingError, refuse_unsupported_settings
+    from egpo.rollout.vllm.versions import VllmPatchTargetError, vllm_targets
+
+    actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
+    try:
+        vllm_targets()
+        refuse_unsupported_settings(rollout)
+    except (VllmPatchTargetError, UnsupportedVllmSettingError) as err:
+        return [error("rollout", f"{str(err).rstrip('.')}. Or take the entropy from the actor: {fix_text((actor,))}",
+                      (actor,))]
+    return []
