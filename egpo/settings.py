@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from egpo.advantage.config import EgpoAlgorithmConfig
 from egpo.advantage.variants import ESTIMATOR_NAME
+from egpo.engines import ENGINES
 from egpo.errors import EgpoConfigError  # noqa: F401 - egpo.settings.EgpoConfigError, as callers import it
 from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
-ENTROPY_ROLLOUTS = ("hf", "sglang", "vllm")  # the rollout engines egpo makes return per-token entropy
+ENTROPY_ROLLOUTS = tuple(ENGINES)  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 BYPASS = "algorithm.rollout_correction.bypass_mode"
 

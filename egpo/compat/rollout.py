@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from egpo.compat.versions import verl_stack, verl_version
+from egpo.engines import ENGINES
 from egpo.errors import IncompatibleDependencyError
 
 # the Continuous Token methods egpo's tool loop wraps or calls, and the parameters it passes (verl >= 0.9)
@@ -38,12 +39,10 @@ CT_SIGNATURES = {
         ("self", "merge_result", "response_mask", "response_logprobs", "assistant_logprobs"),
 }
 # egpo's replica for each rollout name it serves (0.9.1: registered in verl's registry under that name)
-REGISTERED = {"hf": "egpo.rollout.hf.replica:HFRolloutReplica",
-              "sglang": "egpo.rollout.sglang.replica:EntropySGLangReplica",
-              "vllm": "egpo.rollout.vllm.replica:EntropyvLLMReplica"}
-# served by egpo's replica only in a run that reads the rollout's entropy: any other run on vLLM keeps verl's own
-# replica (and any vLLM version verl accepts); hf and sglang are always egpo's under egpo's manager
-ONLY_FOR_ROLLOUT_ENTROPY = ("vllm",)
+REGISTERED = {engine.name: engine.replica for engine in ENGINES.values()}
+# served by egpo's replica only in a run that reads the rollout's entropy: any other run on those keeps verl's own
+# replica (and any version verl accepts); the others are always egpo's under egpo's manager
+ONLY_FOR_ROLLOUT_ENTROPY = tuple(engine.name for engine in ENGINES.values() if engine.only_for_rollout_entropy)
 
 
 class VerlRolloutShapeError(IncompatibleDependencyError):

@@ -14,7 +14,10 @@ prompt on two replicas can draw the same noise. The preflight warns about it whe
 from __future__ import annotations
 
 from egpo.compat.versions import verl_stack
-SHARED_ENGINE_SEEDS = {"vllm": "seed", "sglang": "random_seed"}  # engine_kwargs.<engine>.<key>: one seed for all
+from egpo.engines import ENGINES
+
+# engine_kwargs.<engine>.<key>: one seed for all replicas
+SHARED_ENGINE_SEEDS = {engine.name: engine.shared_seed_key for engine in ENGINES.values() if engine.shared_seed_key}
 
 
 def run_seed_overrides(seed: int, version: str | None = None) -> tuple[str, ...]:

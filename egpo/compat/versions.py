@@ -12,6 +12,56 @@ from importlib.metadata import PackageNotFoundError, version
 
 from egpo.errors import IncompatibleDependencyError
 
+_ACTOR = "actor_rollout_ref.actor"
+
+
+@dataclass(frozen=True)
+class ActorEntropyKeys:
+    """Where one verl FSDP actor reads the settings of its old-policy entropy (:mod:`egpo.preflight.actor_entropy`)."""
+
+    chunked: str  # turns on the chunked fp32 entropy (read on the remove-padding path only)
+    compile: tuple[str, ...]  # compile that function (``torch.compile(..., dynamic=True)``)
+    follows_param_dtype: bool  # the forward autocasts to ``mixed_precision.param_dtype`` (else bf16 always)
+
+
+@dataclass(frozen=True)
+class WorkerFamily:
+    """One family of verl's actor/rollout workers on one verl (:mod:`egpo.compat.workers`), and egpo's for it."""
+
+    verl_worker: str  # verl's FSDP actor/rollout worker
+    cpu_worker: str  # egpo's worker extending it on a CPU
+    probe_worker: str | None  # egpo's probe worker (None: the probe hooks no worker of this family)
+    actor_entropy: ActorEntropyKeys
+    cpu_needs_fsdp2: bool  # on a CPU its FSDP config's strategy must be fsdp2 (FSDP1 there wants a GPU device id)
+
+
+_ENGINE = "verl.workers.engine_workers.ActorRolloutRefWorker"
+_CPU_ENGINE = "egpo.cpu.engine_worker.CpuEngineActorRolloutRefWorker"
+# 0.7.1's legacy actor reads the actor's keys and autocasts to param_dtype; 0.7.1's engine reads its FSDP config's
+# keys (not linked to the actor's) and autocasts to bf16 whatever param_dtype says; 0.9.1's engine reads the FSDP
+# config's, which default to the actor's. The chunked function loops over the token count, so a compiled one
+# specializes on it: 8 recompiles per worker under dynamic batching, then eager for the rest of the run.
+_WORKERS_071 = {
+    "legacy": WorkerFamily(
+        "verl.workers.fsdp_workers.AsyncActorRolloutRefWorker", "egpo.cpu.worker.CpuActorRolloutRefWorker",
+        "egpo.probe.worker.ProbeActorRolloutRefWorker",
+        ActorEntropyKeys(f"{_ACTOR}.entropy_from_logits_with_chunking",
+                         (f"{_ACTOR}.use_torch_compile", f"{_ACTOR}.fsdp_config.use_torch_compile"), True),
+        cpu_needs_fsdp2=False),
+    "engine": WorkerFamily(
+        _ENGINE, _CPU_ENGINE, None,
+        ActorEntropyKeys(f"{_ACTOR}.fsdp_config.entropy_from_logits_with_chunking",
+                         (f"{_ACTOR}.fsdp_config.use_torch_compile",), False),
+        cpu_needs_fsdp2=True),
+}
+_WORKERS_091 = {
+    "engine": WorkerFamily(
+        _ENGINE, _CPU_ENGINE, "egpo.probe.engine_worker.ProbeEngineActorRolloutRefWorker",
+        ActorEntropyKeys(f"{_ACTOR}.entropy_from_logits_with_chunking", (f"{_ACTOR}.fsdp_config.use_torch_compile",),
+                         True),
+        cpu_needs_fsdp2=False),
+}
+
 
 @dataclass(frozen=True)
 class VerlStack:
@@ -31,6 +81,8 @@ class VerlStack:
     undeclared_imports: tuple[str, ...]  # what verl's trainer imports without declaring it (egpo declares them)
     flash_attn_install: str  # on a GPU: the line that brings the flash-attn verl's default attention needs
     empty_server_manager: str | None  # verl's way to build no rollout servers (egpo.compat.rollout), where it has one
+    workers: dict[str, WorkerFamily]  # its actor/rollout worker families (egpo.compat.workers), by name
+    vllm_on_cpu: bool  # verl's vLLM path runs on a CPU with vLLM's CPU build (egpo.cpu.vllm_rollout)
 
 
 VERL = {
@@ -40,7 +92,8 @@ VERL = {
                        legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True,
                        note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=(),
                        flash_attn_install="pip install flash-attn --no-build-isolation",  # verl[gpu]: unpinned
-                       empty_server_manager=None),  # the agent-loop manager builds its replicas itself
+                       empty_server_manager=None,  # the agent-loop manager builds its replicas itself
+                       workers=_WORKERS_071, vllm_on_cpu=False),  # its vLLM pin has no CPU build for its torch
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
@@ -50,7 +103,8 @@ VERL = {
                        undeclared_imports=("uvicorn", "fastapi"),
                        # the flash-attn verl[fsdp] pins; PyPI has its source only, whose build imports torch
                        flash_attn_install="pip install flash-attn==2.8.3 --no-build-isolation",
-                       empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty"),
+                       empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty",
+                       workers=_WORKERS_091, vllm_on_cpu=True),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}

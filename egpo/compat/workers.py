@@ -13,23 +13,18 @@ the engine workers.
 
 from __future__ import annotations
 
-from egpo.compat.versions import verl_stack, verl_version
-
-_ENGINE = "verl.workers.engine_workers.ActorRolloutRefWorker"
-_CPU_ENGINE = "egpo.cpu.engine_worker.CpuEngineActorRolloutRefWorker"
-# (verl version, worker family) -> verl's FSDP actor/rollout worker, egpo's CPU worker, egpo's probe worker
-VERL_WORKER = {("0.7.1", "legacy"): "verl.workers.fsdp_workers.AsyncActorRolloutRefWorker",
-               ("0.7.1", "engine"): _ENGINE, ("0.9.1", "engine"): _ENGINE}
-CPU_WORKER = {("0.7.1", "legacy"): "egpo.cpu.worker.CpuActorRolloutRefWorker",
-              ("0.7.1", "engine"): _CPU_ENGINE, ("0.9.1", "engine"): _CPU_ENGINE}
-PROBE_WORKER = {("0.7.1", "legacy"): "egpo.probe.worker.ProbeActorRolloutRefWorker",
-                ("0.9.1", "engine"): "egpo.probe.engine_worker.ProbeEngineActorRolloutRefWorker"}
+from egpo.compat.versions import WorkerFamily, verl_stack, verl_version
 
 
 def worker_family(config, version: str | None = None) -> str:
     """``"legacy"`` or ``"engine"``: the actor workers verl builds for this config."""
     setting = str(config.trainer.get("use_legacy_worker_impl", "auto"))
     return "legacy" if setting in verl_stack(version).legacy_worker_settings else "engine"
+
+
+def workers(config, version: str | None = None) -> WorkerFamily:
+    """The table's entry for the worker family verl builds for this config (the installed verl, or ``version``)."""
+    return verl_stack(version).workers[worker_family(config, version)]
 
 
 def _load(path: str):
@@ -44,11 +39,11 @@ def replacement_worker(verl_cls: type, on_cpu: bool, probe: bool, family: str) -
     version = verl_version()
     if not (on_cpu or probe):
         return None
-    key = (version, family)
-    expected = _load(VERL_WORKER[key])
+    entry = verl_stack(version).workers[family]
+    expected = _load(entry.verl_worker)
     if verl_cls is not expected:
         raise RuntimeError(
             f"verl {version} chose {verl_cls.__module__}.{verl_cls.__qualname__}, but egpo's workers extend "
-            f"{VERL_WORKER[key]}; set actor_rollout_ref.actor.strategy=fsdp2"
+            f"{entry.verl_worker}; set actor_rollout_ref.actor.strategy=fsdp2"
         )
-    return _load(CPU_WORKER[key] if on_cpu else PROBE_WORKER[key])
+    return _load(entry.cpu_worker if on_cpu else entry.probe_worker)

@@ -6,13 +6,13 @@ rollout registry, and, for ``rollout.name=sglang``, the trainer side of verl's w
 from __future__ import annotations
 
 from egpo.cpu.process_group import init_gloo_process_group
+from egpo.engines import engine, load
 from egpo.rollout.hf.adapter import register_hf_rollout
 
 
 def prepare_cpu_worker(config) -> None:
     init_gloo_process_group(int(config.get("nccl_timeout", 600)))
     register_hf_rollout()
-    if config.rollout.name == "sglang":
-        from egpo.cpu.sglang_rollout import prepare_worker_for_sglang
-
-        prepare_worker_for_sglang()
+    described = engine(config.rollout.name)
+    if described is not None and described.cpu_worker_setup:
+        load(described.cpu_worker_setup)()

@@ -22,10 +22,9 @@ corrupt it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from egpo.compat.versions import ActorEntropyKeys
 from egpo.preflight.findings import Finding, error
 from egpo.settings import EgpoSettings
 
@@ -43,34 +42,12 @@ def reads_actor_entropy(settings: EgpoSettings) -> bool:
     return settings.enabled and not settings.bypass_mode
 
 
-@dataclass(frozen=True)
-class ActorEntropyKeys:
-    """Where one verl FSDP actor reads the settings of its old-policy entropy."""
-
-    chunked: str  # turns on the chunked fp32 entropy (read on the remove-padding path only)
-    compile: tuple[str, ...]  # compile that function (``torch.compile(..., dynamic=True)``)
-    follows_param_dtype: bool  # the forward autocasts to ``mixed_precision.param_dtype`` (else bf16 always)
-
-
-# (verl version, worker family: egpo.compat.workers) -> its keys. 0.7.1's legacy actor reads the actor's keys and
-# autocasts to param_dtype; 0.7.1's engine reads its FSDP config's keys (not linked to the actor's) and autocasts to
-# bf16 whatever param_dtype says; 0.9.1's engine reads the FSDP config's, which default to the actor's. The chunked
-# function loops over the token count, so a compiled one specializes on it: 8 recompiles per worker under dynamic
-# batching, then eager for the rest of the run.
-ACTOR_ENTROPY_KEYS = {
-    ("0.7.1", "legacy"): ActorEntropyKeys(CHUNKED, (f"{ACTOR}.use_torch_compile", f"{ACTOR}.fsdp_config.use_torch_compile"), True),
-    ("0.7.1", "engine"): ActorEntropyKeys(f"{ACTOR}.fsdp_config.entropy_from_logits_with_chunking",
-                                          (f"{ACTOR}.fsdp_config.use_torch_compile",), False),
-    ("0.9.1", "engine"): ActorEntropyKeys(CHUNKED, (f"{ACTOR}.fsdp_config.use_torch_compile",), True),
-}
-
-
 def actor_entropy_keys(config: DictConfig, version: str | None = None) -> ActorEntropyKeys:
-    from egpo.compat.versions import verl_version
-    from egpo.compat.workers import worker_family
+    """Where the actor verl builds for this config reads its entropy settings (verl's table,
+    :data:`egpo.compat.versions.VERL`)."""
+    from egpo.compat.workers import workers
 
-    version = version or verl_version()
-    return ACTOR_ENTROPY_KEYS[(version, worker_family(config, version))]
+    return workers(config, version).actor_entropy
 
 
 def forward_dtype_is_fp32(config: DictConfig) -> bool:

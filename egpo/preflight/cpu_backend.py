@@ -8,8 +8,9 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.compat.versions import verl_version
-from egpo.compat.workers import worker_family
+from egpo.compat.versions import VERL, verl_stack, verl_version
+from egpo.compat.workers import worker_family, workers
+from egpo.engines import ENGINES, engine, load
 from egpo.preflight.findings import Finding, error, warning
 from egpo.preflight.ray_cluster import joined_ray_cluster
 
@@ -29,7 +30,7 @@ def sglang_cpu_install() -> str:
     return f"{install_line(verl_stack().sglang)} (docs/cpu.md, 'sglang on a CPU')"
 
 
-def _sglang_cpu_problems(config: DictConfig) -> list[str]:
+def sglang_cpu_problems(config: DictConfig) -> list[str]:
     """rollout.name=sglang on trainer.device=cpu: sglang's CPU engine settings (recipes/cpu_smoke.yaml has them)."""
     import importlib.util
 
@@ -94,14 +95,15 @@ def vllm_cpu_install_problem() -> str | None:
     return None
 
 
-def _vllm_cpu_problems(config: DictConfig) -> list[str]:
+def vllm_cpu_problems(config: DictConfig) -> list[str]:
     """rollout.name=vllm on trainer.device=cpu: verl 0.9.1 with vLLM's CPU build (egpo.cpu.vllm_rollout), the settings
     verl's vLLM server needs there (recipes/cpu_smoke.yaml has them)."""
     from egpo.cpu.vllm_rollout import CPU_ATTENTION_HEAD_SIZES, TESTED_CPU_BUILD
 
-    if verl_version() != "0.9.1":
-        return [f"verl 0.9.1 (verl {verl_version()} pins a vLLM with no CPU build that runs its torch; egpo runs "
-                f"verl's vLLM path on a CPU with verl 0.9.1 and vllm-cpu=={TESTED_CPU_BUILD}), or "
+    if not verl_stack().vllm_on_cpu:
+        runs = " or ".join(f"verl {v}" for v, stack in VERL.items() if stack.vllm_on_cpu)
+        return [f"{runs} (verl {verl_version()} pins a vLLM with no CPU build that runs its torch; egpo runs "
+                f"verl's vLLM path on a CPU with {runs} and vllm-cpu=={TESTED_CPU_BUILD}), or "
                 "actor_rollout_ref.rollout.name=sglang"]
     rollout = config.actor_rollout_ref.rollout
     problems = []
@@ -137,22 +139,23 @@ def check_cpu_backend(config: DictConfig) -> list[Finding]:
     """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
     device = config.trainer.get("device", "cuda")
     name = _rollout_name(config)
+    described = engine(name)
     if device != "cpu":
-        if name == "hf":
-            return [error("cpu", "actor_rollout_ref.rollout.name=hf is egpo's CPU rollout; set trainer.device=cpu")]
+        if described is not None and described.cpu_only:
+            return [error("cpu", f"actor_rollout_ref.rollout.name={name} is egpo's CPU rollout; set "
+                                 "trainer.device=cpu")]
         return []
     problems = []
-    if name == "sglang":
-        problems += _sglang_cpu_problems(config)
-    elif name == "vllm":
-        problems += _vllm_cpu_problems(config)
-    elif name != "hf":
-        problems.append(f"actor_rollout_ref.rollout.name=hf, sglang or vllm (got {name!r}; verl's other engines need "
-                        "a GPU)")
+    if described is None:
+        *others, last = ENGINES
+        problems.append(f"actor_rollout_ref.rollout.name={', '.join(others)} or {last} (got {name!r}; "
+                        "verl's other engines need a GPU)")
+    elif described.cpu_problems:
+        problems += load(described.cpu_problems)(config)
     engine_strategy = OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.strategy", default="fsdp")
-    if worker_family(config) == "engine" and engine_strategy != "fsdp2" and verl_version() == "0.7.1":
-        problems.append("++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl 0.7.1's engine worker builds FSDP1 "
-                        "from that key, which needs a GPU device id)")
+    if workers(config).cpu_needs_fsdp2 and engine_strategy != "fsdp2":
+        problems.append(f"++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl {verl_version()}'s "
+                        f"{worker_family(config)} worker builds FSDP1 from that key, which needs a GPU device id)")
     if config.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):
         problems.append("actor_rollout_ref.actor.strategy=fsdp2")
     attn = (config.actor_rollout_ref.model.get("override_config", None) or {}).get("attn_implementation", None)

@@ -74,17 +74,15 @@ def side_model_findings(config) -> list[Finding]:
 
 def engine_version_findings(config) -> list[Finding]:
     """A rollout engine inside a tested range but not itself tested (package metadata only, no engine import)."""
-    name = _select(config, "actor_rollout_ref.rollout.name")
-    if name == "vllm":
-        from egpo.rollout.vllm import versions as engine_versions
+    import importlib
 
-        version = engine_versions.installed_vllm()
-    elif name == "sglang":
-        from egpo.rollout.sglang import versions as engine_versions
+    from egpo.engines import engine
 
-        version = engine_versions.installed_sglang()
-    else:
+    described = engine(_select(config, "actor_rollout_ref.rollout.name"))
+    if described is None or described.versions is None:
         return []
+    engine_versions = importlib.import_module(described.versions)
+    version = getattr(engine_versions, f"installed_{described.name}")()
     note = engine_versions.untested_note(version) if version not in (None, "not installed") else None
     return [warning("engines", note)] if note else []
 

@@ -63,10 +63,10 @@ def pass_probe_settings_to_workers(config: DictConfig) -> list[Finding]:
                                     "train with actor_rollout_ref.actor.strategy=fsdp2)"))
     elif enabled:
         from egpo.compat.versions import verl_version
-        from egpo.compat.workers import PROBE_WORKER, worker_family
+        from egpo.compat.workers import worker_family, workers
 
         family = worker_family(config)
-        if (verl_version(), family) not in PROBE_WORKER:
+        if workers(config).probe_worker is None:
             found.append(error("probe", f"egpo.probe.enable=true hooks no verl {verl_version()} {family} worker; set "
                                         "++egpo.probe.enable=false (or trainer.use_legacy_worker_impl=auto)"))
     with open_dict(config.actor_rollout_ref):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from egpo.engines import Engine, engine, load
+from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error
 from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoSettings, fix_text
 
@@ -36,7 +38,8 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
 
     if OmegaConf.select(config, MANAGER_KEY, default=None):
         return
-    if settings.enabled or _rollout_name(config) == "hf":
+    described = engine(_rollout_name(config))
+    if settings.enabled or (described is not None and described.cpu_only):
         with open_dict(config):
             OmegaConf.update(config, MANAGER_KEY, MANAGER_PATH, force_add=True)
 
@@ -61,15 +64,10 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> li
         )]
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
     uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)
-    if uses_ours and name == "sglang":
-        from egpo.rollout.sglang.limits import UnsupportedRolloutSettingError, refuse_unsupported_settings
-
-        try:
-            refuse_unsupported_settings(rollout)
-        except UnsupportedRolloutSettingError as err:
-            return [error("rollout", str(err))]
-    if uses_ours and name == "vllm" and wants_rollout_entropy:
-        return check_vllm_rollout_entropy(rollout, settings)
+    described = engine(name)
+    serves = described is not None and (wants_rollout_entropy or not described.only_for_rollout_entropy)
+    if uses_ours and serves and described.limits:
+        return engine_limit_findings(rollout, settings, described)
     if uses_ours:
         return []
     if wants_rollout_entropy:
@@ -79,26 +77,25 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> li
             f"into the batch. Set ++{MANAGER_KEY}={MANAGER_PATH} (or leave it unset: egpo.main selects it) or use "
             "++algorithm.entropy_source=actor."
         )]
-    if _rollout_name(config) == "hf":
+    if described is not None and described.cpu_only:
         return [error(
             "rollout",
-            f"actor_rollout_ref.rollout.name=hf is egpo's rollout and needs ++{MANAGER_KEY}={MANAGER_PATH} "
+            f"actor_rollout_ref.rollout.name={name} is egpo's rollout and needs ++{MANAGER_KEY}={MANAGER_PATH} "
             "(or leave it unset: egpo.main selects it)"
         )]
     return []
 
 
-def check_vllm_rollout_entropy(rollout: DictConfig, settings: EgpoSettings) -> list[Finding]:
-    """vLLM's rollout entropy: a vLLM version egpo patches, and no setting under which the entropy would be missing or
-    wrong (:mod:`egpo.rollout.vllm.limits`). Reads package metadata only: vLLM itself is imported by its server."""
-    from egpo.rollout.vllm.limits import UnsupportedVllmSettingError, refuse_unsupported_settings
-    from egpo.rollout.vllm.versions import VllmPatchTargetError, vllm_targets
-
-    actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
+def engine_limit_findings(rollout: DictConfig, settings: EgpoSettings, described: Engine) -> list[Finding]:
+    """The engine's own limits (:mod:`egpo.engines`): a version egpo patches, and no setting under which the entropy
+    would be missing or wrong. Where egpo's replica serves the engine only for the rollout's entropy, taking the
+    entropy from the actor is a fix too."""
     try:
-        vllm_targets()
-        refuse_unsupported_settings(rollout)
-    except (VllmPatchTargetError, UnsupportedVllmSettingError) as err:
+        load(described.limits)(rollout)
+    except EgpoError as err:
+        if not described.only_for_rollout_entropy:
+            return [error("rollout", str(err))]
+        actor = ("++algorithm.entropy_source=actor", *((f"++{BYPASS}=false",) if settings.bypass_mode else ()))
         return [error("rollout", f"{str(err).rstrip('.')}. Or take the entropy from the actor: {fix_text((actor,))}",
                       (actor,))]
     return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from egpo.compat.versions import verl_stack, verl_version
+from egpo.engines import engine
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error, refused, warning
 
@@ -20,14 +21,18 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
     if verl_stack(version).has_v1_trainer and OmegaConf.select(config, "trainer.use_v1", default=False):
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
-    if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False) == "sglang":
-        from egpo.rollout.sglang.versions import install_line, installed_sglang
+    described = engine(OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None,
+                                        throw_on_missing=False))
+    if described is not None and described.must_match_verl_pin:  # egpo patches the version this verl pins
+        import importlib
 
-        installed, expected = installed_sglang(), verl_stack(version).sglang
-        if installed not in ("not installed", expected):
-            problems.append(f"actor_rollout_ref.rollout.name=sglang: on verl {version} egpo patches sglang {expected} "
-                            f"(the one verl {version} pins); this environment has sglang {installed}. Install it: "
-                            f"{install_line(expected)} (on a GPU: sglang=={expected} with its dependencies)")
+        table = importlib.import_module(described.versions)
+        name = described.name
+        installed, expected = getattr(table, f"installed_{name}")(), getattr(verl_stack(version), name)
+        if installed not in (None, "not installed", expected):
+            problems.append(f"actor_rollout_ref.rollout.name={name}: on verl {version} egpo patches {name} {expected} "
+                            f"(the one verl {version} pins); this environment has {name} {installed}. Install it: "
+                            f"{table.install_line(expected)} (on a GPU: {name}=={expected} with its dependencies)")
     return problems
 
 

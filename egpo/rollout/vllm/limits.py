@@ -88,3 +88,12 @@ def refuse_unsupported_settings(config, environ=None) -> None:
     problems = unsupported_settings(config, environ)
     if problems:
         raise UnsupportedVllmSettingError("rollout entropy from vLLM cannot be produced: " + "; ".join(problems))
+
+
+def refuse_unpatched(config) -> None:
+    """Before Ray (egpo.engines: the vLLM descriptor's limits): a vLLM version egpo patches (package metadata only:
+    vLLM itself is imported by its server), and none of the settings above."""
+    from egpo.rollout.vllm.versions import vllm_targets
+
+    vllm_targets()
+    refuse_unsupported_settings(config)
