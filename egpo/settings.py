@@ -46,47 +46,42 @@ def estimator_name(adv_estimator) -> str:
 
 @dataclass(frozen=True)
 class EgpoSettings:
-    """What a run's egpo does: :class:`egpo.advantage.config.EgpoAlgorithmConfig` (the keys' declarations and checks)
-    read from the config, with whether the estimator is egpo and whether verl skips the recompute (bypass mode)."""
+    """What a run's egpo does: its ``algorithm.*`` keys as declared and checked
+    (:class:`egpo.advantage.config.EgpoAlgorithmConfig`, under their own names: ``settings.algo.egpo_lambda``), with
+    whether the estimator is egpo and whether verl skips the recompute (bypass mode). Read once per process: the
+    driver's pass, the trainer, each agent-loop worker."""
 
+    algo: EgpoAlgorithmConfig
     enabled: bool  # algorithm.adv_estimator == egpo
-    entropy_source: str
-    egpo_lambda: float
-    egpo_alpha: float
-    granularity: str  # algorithm.egpo_granularity
-    span: str  # algorithm.egpo_span
-    cot_start_token_id: int | None
-    cot_end_token_id: int | None
-    bypass_mode: bool
-    token_selection: str  # algorithm.egpo_token_selection: all | top_entropy (the 80/20 rule)
-    top_entropy_quantile: float  # algorithm.egpo_top_entropy_quantile
+    bypass_mode: bool  # algorithm.rollout_correction.bypass_mode
 
     @property
     def selects_tokens(self) -> bool:
         """The actor update trains on the batch's top-entropy tokens only."""
-        return self.enabled and self.token_selection == "top_entropy"
+        return self.enabled and self.algo.egpo_token_selection == "top_entropy"
 
     @property
     def entropy_key(self) -> str:
-        return ENTROPY_KEY_BY_SOURCE[self.entropy_source]
+        return ENTROPY_KEY_BY_SOURCE[self.algo.entropy_source]
 
     @property
     def reads_rollout_entropy(self) -> bool:
         """The advantage reads the rollout engine's entropy (the batch must carry ``rollout_entropy``)."""
-        return self.enabled and self.entropy_source == "rollout"
+        return self.enabled and self.algo.entropy_source == "rollout"
 
     @property
     def variant(self) -> str:
         """Which estimator runs, in words (start-up log)."""
         if not self.enabled:
             return "not egpo"
-        form = "per-token bonus (Cheng et al.)" if self.granularity == "token" else "per-response bonus"
-        where = "the thinking span" if self.span == "cot" else "every response token"
-        selection = (f"; policy gradient on the top {self.top_entropy_quantile:g} of the batch's tokens by entropy "
-                     "(egpo_token_selection=top_entropy)" if self.selects_tokens else "")
-        return (f"egpo_granularity={self.granularity} egpo_span={self.span}: {form}, entropy read over {where}, "
-                f"from the {self.entropy_source}, egpo_lambda={self.egpo_lambda} egpo_alpha={self.egpo_alpha}"
-                f"{selection}")
+        algo = self.algo
+        form = "per-token bonus (Cheng et al.)" if algo.egpo_granularity == "token" else "per-response bonus"
+        where = "the thinking span" if algo.egpo_span == "cot" else "every response token"
+        selection = (f"; policy gradient on the top {algo.egpo_top_entropy_quantile:g} of the batch's tokens by "
+                     "entropy (egpo_token_selection=top_entropy)" if self.selects_tokens else "")
+        return (f"egpo_granularity={algo.egpo_granularity} egpo_span={algo.egpo_span}: {form}, entropy read over "
+                f"{where}, from the {algo.entropy_source}, egpo_lambda={algo.egpo_lambda} "
+                f"egpo_alpha={algo.egpo_alpha}{selection}")
 
     @classmethod
     def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":
@@ -97,19 +92,8 @@ class EgpoSettings:
         except ValueError as err:
             raise EgpoConfigError(str(err)) from None
         correction = algorithm.get("rollout_correction", None) or {}
-        settings = cls(
-            enabled=estimator_name(algorithm.get("adv_estimator")) == ESTIMATOR_NAME,
-            entropy_source=algo.entropy_source,
-            egpo_lambda=algo.egpo_lambda,
-            egpo_alpha=algo.egpo_alpha,
-            granularity=algo.egpo_granularity,
-            span=algo.egpo_span,
-            cot_start_token_id=algo.cot_start_token_id,
-            cot_end_token_id=algo.cot_end_token_id,
-            bypass_mode=bool(correction.get("bypass_mode", False)),
-            token_selection=algo.egpo_token_selection,
-            top_entropy_quantile=algo.egpo_top_entropy_quantile,
-        )
-        if settings.enabled and settings.entropy_source == "actor" and settings.bypass_mode:
+        settings = cls(algo=algo, enabled=estimator_name(algorithm.get("adv_estimator")) == ESTIMATOR_NAME,
+                       bypass_mode=bool(correction.get("bypass_mode", False)))
+        if settings.enabled and settings.algo.entropy_source == "actor" and settings.bypass_mode:
             raise bypass_with_actor_entropy_error(rollout_name)
         return settings

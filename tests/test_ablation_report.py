@@ -108,17 +108,17 @@ def test_every_arm_composes_to_the_variant_its_name_says():
             cfg = compose(config_name="egpo_trainer", overrides=list(overrides))
         settings = EgpoSettings.from_algorithm(cfg.algorithm)
         assert settings.enabled
-        assert (settings.egpo_lambda == 0) == arm.startswith("grpo"), arm
-        assert settings.granularity == ("token" if "_token" in arm else "response"), arm
-        assert settings.span == ("response" if "respspan" in arm else "cot"), arm
-        assert settings.entropy_source == ("rollout" if "rollout" in arm else "actor"), arm
+        assert (settings.algo.egpo_lambda == 0) == arm.startswith("grpo"), arm
+        assert settings.algo.egpo_granularity == ("token" if "_token" in arm else "response"), arm
+        assert settings.algo.egpo_span == ("response" if "respspan" in arm else "cot"), arm
+        assert settings.algo.entropy_source == ("rollout" if "rollout" in arm else "actor"), arm
         assert settings.bypass_mode == arm.removesuffix("_vllm").endswith("bypass")
         name = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", throw_on_missing=False)
         assert (name == "vllm") == arm.endswith("_vllm"), arm
         actor = cfg.actor_rollout_ref.actor
         method = next((m for m in ("cliphigher", "klcov", "clipcov", "entbonus", "8020") if m in arm), None)
         assert settings.selects_tokens == (method == "8020"), arm
-        assert settings.top_entropy_quantile == 0.2
+        assert settings.algo.egpo_top_entropy_quantile == 0.2
         assert actor.policy_loss.loss_mode == {"klcov": "kl_cov", "clipcov": "clip_cov"}.get(method, "vanilla"), arm
         assert actor.clip_ratio_high == {"cliphigher": 0.28, "clipcov": 1}.get(method, 0.2), arm
         assert actor.entropy_coeff == (0.001 if method == "entbonus" else 0), arm

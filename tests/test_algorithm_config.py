@@ -38,8 +38,8 @@ def test_a_node_without_egpos_keys_reads_the_declared_defaults_and_settings_foll
     algo = EgpoAlgorithmConfig.from_node({"adv_estimator": "egpo"})
     assert algo == EgpoAlgorithmConfig()
     settings = EgpoSettings.from_algorithm({"adv_estimator": "egpo"})
-    assert (settings.entropy_source, settings.egpo_lambda, settings.egpo_alpha, settings.granularity, settings.span,
-            settings.token_selection, settings.top_entropy_quantile) == (
+    assert (settings.algo.entropy_source, settings.algo.egpo_lambda, settings.algo.egpo_alpha, settings.algo.egpo_granularity, settings.algo.egpo_span,
+            settings.algo.egpo_token_selection, settings.algo.egpo_top_entropy_quantile) == (
         "actor", 0.4, 2.0, "response", "cot", "all", 0.2)
 
 

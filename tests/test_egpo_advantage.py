@@ -213,6 +213,20 @@ def test_registered_with_verl_and_refuses_without_entropy():
     assert torch.equal(adv, direct)
 
 
+def test_the_registry_and_the_trainer_refuse_a_thinking_span_without_markers_alike():
+    """Both callers reach the estimator through one adapter: no model's ids are assumed for missing markers."""
+    from egpo.advantage.egpo import MissingThinkMarkersError
+
+    rewards, mask, index, entropy, responses = batch(3)
+    with pytest.raises(MissingThinkMarkersError, match="algorithm.egpo_span=response"):
+        egpo_estimator(rewards, mask, index=index, config={}, token_level_entropy=entropy, responses=responses)
+    adv, _ = egpo_estimator(rewards, mask, index=index, config={"egpo_span": "response"},
+                            token_level_entropy=entropy, responses=responses)
+    direct, _, _ = compute_egpo_advantage(rewards, mask, index, entropy, responses, cot_start_token_id=None,
+                                          cot_end_token_id=None, span="response")
+    assert torch.equal(adv, direct)
+
+
 def test_registry_keeps_token_id_zero():
     rewards, mask, index, entropy, responses = batch(4)
     responses = responses - 1  # ids 0..4; make 0 the <think> id

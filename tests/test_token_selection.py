@@ -161,7 +161,7 @@ def smoke(*overrides):
 def test_settings_read_the_selection():
     cfg = smoke("++algorithm.egpo_token_selection=top_entropy", "++algorithm.egpo_top_entropy_quantile=0.3")
     settings = EgpoSettings.from_algorithm(cfg.algorithm)
-    assert settings.selects_tokens and settings.top_entropy_quantile == 0.3
+    assert settings.selects_tokens and settings.algo.egpo_top_entropy_quantile == 0.3
     assert "policy gradient on the top 0.3 of the batch's tokens by entropy" in settings.variant
     assert not EgpoSettings.from_algorithm(smoke().algorithm).selects_tokens
     with pytest.raises(EgpoConfigError, match="egpo_top_entropy_quantile must lie"):

@@ -102,7 +102,7 @@ def test_response_span_runs_without_think_tokens_and_fills_them_where_present():
     cfg = composed("algorithm.adv_estimator=egpo", "algorithm.egpo_span=response")
     resolve_think_token_ids(cfg, VocabTokenizer({"a": 0}))  # not refused: nothing needs the markers
     assert (cfg.algorithm.cot_start_token_id, cfg.algorithm.cot_end_token_id) == (None, None)
-    assert EgpoSettings.from_algorithm(cfg.algorithm).span == "response"
+    assert EgpoSettings.from_algorithm(cfg.algorithm).algo.egpo_span == "response"
     thinking = composed("algorithm.adv_estimator=egpo", "algorithm.egpo_span=response")
     resolve_think_token_ids(thinking, VocabTokenizer({"<think>": 11, "</think>": 12}))  # CoT figures still logged
     assert (thinking.algorithm.cot_start_token_id, thinking.algorithm.cot_end_token_id) == (11, 12)
@@ -125,7 +125,7 @@ def test_variant_settings_and_words(granularity, span):
     cfg = composed("algorithm.adv_estimator=egpo", f"algorithm.egpo_granularity={granularity}",
                    f"algorithm.egpo_span={span}")
     settings = EgpoSettings.from_algorithm(cfg.algorithm)
-    assert (settings.granularity, settings.span) == (granularity, span)
+    assert (settings.algo.egpo_granularity, settings.algo.egpo_span) == (granularity, span)
     assert f"egpo_granularity={granularity} egpo_span={span}" in settings.variant
 
 

@@ -64,7 +64,7 @@ def make_trainer(*overrides, markers=True):
     trainer = EgpoRayPPOTrainer.__new__(EgpoRayPPOTrainer)  # skip worker/resource setup, keep the methods
     trainer.config = cfg
     trainer.egpo = EgpoSettings.from_algorithm(cfg.algorithm)
-    trainer.never_thinks = NeverThinksWatch(active=trainer.egpo.enabled and trainer.egpo.span == "cot")
+    trainer.never_thinks = NeverThinksWatch(active=trainer.egpo.enabled and trainer.egpo.algo.egpo_span == "cot")
     trainer.use_legacy_worker_impl = "auto"
     advantage_step.install()
     return trainer
@@ -169,7 +169,9 @@ def test_response_span_through_the_step(granularity, markers):
 def test_cot_span_without_markers_stops_naming_egpo_span():
     trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout", markers=False)
     trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
-    with pytest.raises(advantage_step.MissingEntropyError, match="algorithm.egpo_span=response"):
+    from egpo.advantage.egpo import MissingThinkMarkersError
+
+    with pytest.raises(MissingThinkMarkersError, match="algorithm.egpo_span=response"):
         run_step(trainer, make_batch(True), bypass=False)
 
 

@@ -3,7 +3,7 @@
 Everything else derives from :class:`EgpoAlgorithmConfig`: the YAML that merges the keys into verl's config
 (``egpo/config/egpo/algorithm.yaml``, tested equal), the unknown-key check's list, :class:`egpo.settings.EgpoSettings`
 and the registered estimator's arguments. The estimator itself (:mod:`egpo.advantage.egpo`) takes every setting as a
-required keyword argument and keeps no default of its own (the validators' messages still name the defaults).
+required keyword argument and keeps no default of its own; the checks' messages name the defaults declared here.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class EgpoAlgorithmConfig:
                 f"algorithm.entropy_source={self.entropy_source!r} is not one of "
                 f"{', '.join(repr(s) for s in ENTROPY_SOURCES)}: 'actor' uses the entropy of the old-log-prob "
                 "recompute, 'rollout' the entropy the rollout engine returns while sampling")
-        validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha)
-        validate_egpo_variant(self.egpo_granularity, self.egpo_span)
+        validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha, ALGORITHM_DEFAULTS)
+        validate_egpo_variant(self.egpo_granularity, self.egpo_span, ALGORITHM_DEFAULTS)
         validate_token_selection(self.egpo_token_selection, self.egpo_top_entropy_quantile)
         for key in ("cot_start_token_id", "cot_end_token_id"):
             value = getattr(self, key)

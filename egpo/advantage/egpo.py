@@ -27,6 +27,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.advantage.cot import compute_cot_mask
+from egpo.errors import EgpoConfigError
 from egpo.advantage.variants import (  # noqa: F401 - re-exported: the estimator's names and checks
     GRANULARITIES,
     SPANS,
@@ -38,7 +39,9 @@ __all__ = [
     "GRANULARITIES",
     "SPANS",
     "EgpoDiagnostics",
+    "MissingThinkMarkersError",
     "compute_egpo_advantage",
+    "egpo_advantage",
     "validate_egpo_coefficients",
     "validate_egpo_variant",
 ]
@@ -242,3 +245,43 @@ def compute_egpo_advantage(
         )
     return advantages, advantages, diagnostics
 
+
+class MissingThinkMarkersError(EgpoConfigError):
+    """``egpo_span=cot`` with no ``<think>`` / ``</think>`` ids: the span cannot be found."""
+
+
+def egpo_advantage(
+    algo,
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    token_level_entropy: torch.Tensor,
+    responses: torch.Tensor,
+    norm_adv_by_std_in_grpo: bool,
+    starts_inside: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, EgpoDiagnostics]:
+    """:func:`compute_egpo_advantage` with a run's settings (``algo``: :class:`egpo.advantage.config.
+    EgpoAlgorithmConfig`), the one way egpo's callers reach it (the trainer's advantage step and verl's registry).
+    The thinking span needs both markers: a run that reads it without them is refused, never given a model's ids."""
+    markers = algo.cot_start_token_id is not None and algo.cot_end_token_id is not None
+    if algo.egpo_span == "cot" and not markers:
+        raise MissingThinkMarkersError(
+            "algorithm.cot_start_token_id / cot_end_token_id are unset; `python -m egpo.main` fills them from the "
+            "tokenizer. Set them explicitly when building the trainer yourself, or read the entropy over every "
+            "response token with algorithm.egpo_span=response.")
+    return compute_egpo_advantage(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        token_level_entropy=token_level_entropy,
+        responses=responses,
+        egpo_lambda=algo.egpo_lambda,
+        egpo_alpha=algo.egpo_alpha,
+        cot_start_token_id=algo.cot_start_token_id if markers else None,
+        cot_end_token_id=algo.cot_end_token_id if markers else None,
+        granularity=algo.egpo_granularity,
+        span=algo.egpo_span,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        starts_inside=starts_inside,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from egpo.advantage.config import EgpoAlgorithmConfig
-from egpo.advantage.egpo import QWEN3_THINK_END, QWEN3_THINK_START, compute_egpo_advantage
+from egpo.advantage.egpo import egpo_advantage
 from egpo.advantage.variants import ESTIMATOR_NAME  # noqa: F401 - egpo.advantage.registry.ESTIMATOR_NAME, as callers import it
 from egpo.errors import EntropyError
 
@@ -39,27 +39,15 @@ def egpo_estimator(
         )
     if index is None:
         raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
-    algo = EgpoAlgorithmConfig.from_node(config)
-    start_id, end_id = algo.cot_start_token_id, algo.cot_end_token_id
-    if algo.egpo_span == "response" and (start_id is None or end_id is None):  # no markers needed; none assumed
-        start_id = end_id = None
-    else:
-        start_id = QWEN3_THINK_START if start_id is None else start_id
-        end_id = QWEN3_THINK_END if end_id is None else end_id
-    advantages, returns, _ = compute_egpo_advantage(
+    advantages, returns, _ = egpo_advantage(
+        EgpoAlgorithmConfig.from_node(config),
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
         index=index,
         token_level_entropy=token_level_entropy,
         responses=responses,
-        egpo_lambda=algo.egpo_lambda,
-        egpo_alpha=algo.egpo_alpha,
-        cot_start_token_id=start_id,
-        cot_end_token_id=end_id,
         norm_adv_by_std_in_grpo=(config or {}).get("norm_adv_by_std_in_grpo", True),  # verl's key and default
         starts_inside=starts_inside,
-        granularity=algo.egpo_granularity,
-        span=algo.egpo_span,
     )
     return advantages, returns
 

@@ -12,22 +12,28 @@ GRANULARITIES = ("response", "token")
 SPANS = ("cot", "response")
 
 
-def validate_egpo_coefficients(egpo_lambda: float, egpo_alpha: float) -> None:
-    """``egpo_alpha > 0`` and ``0 <= egpo_lambda < egpo_alpha`` (the bonus then never flips A_i's sign)."""
+def _default(defaults, key: str) -> str:
+    """"; the default is X" where the caller gives the declared defaults (egpo.advantage.config), else nothing."""
+    return f"; the default is {defaults[key]!r}" if key in defaults else ""
+
+
+def validate_egpo_coefficients(egpo_lambda: float, egpo_alpha: float, defaults=()) -> None:
+    """``egpo_alpha > 0`` and ``0 <= egpo_lambda < egpo_alpha`` (the bonus then never flips A_i's sign).
+    ``defaults``: the declared defaults by key, named in the messages."""
     if not egpo_alpha > 0:
-        raise ValueError(f"algorithm.egpo_alpha must be > 0 (got {egpo_alpha}); the default is 2.0")
+        raise ValueError(f"algorithm.egpo_alpha must be > 0 (got {egpo_alpha}){_default(defaults, 'egpo_alpha')}")
     if not 0 <= egpo_lambda < egpo_alpha:
         raise ValueError(
             f"algorithm.egpo_lambda must lie in [0, egpo_alpha) = [0, {egpo_alpha}) so that the entropy bonus "
-            f"cannot flip the sign of the GRPO advantage (got {egpo_lambda}); the default is 0.4"
+            f"cannot flip the sign of the GRPO advantage (got {egpo_lambda}){_default(defaults, 'egpo_lambda')}"
         )
 
 
-def validate_egpo_variant(granularity: str, span: str) -> None:
+def validate_egpo_variant(granularity: str, span: str, defaults=()) -> None:
     """``egpo_granularity`` in :data:`GRANULARITIES`, ``egpo_span`` in :data:`SPANS`."""
     for key, value, allowed in (("egpo_granularity", granularity, GRANULARITIES), ("egpo_span", span, SPANS)):
         if value not in allowed:
             raise ValueError(
-                f"algorithm.{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)} "
-                f"(the default is {allowed[0]!r}); e.g. algorithm.{key}={allowed[-1]}"
+                f"algorithm.{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)}"
+                f"{_default(defaults, key)}; e.g. algorithm.{key}={allowed[-1]}"
             )

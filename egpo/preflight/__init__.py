@@ -22,18 +22,12 @@ from egpo.preflight.stack import attention_finding
 __all__ = ["Finding", "preflight_findings", "startup_preflight"]
 
 
-def preflight_findings(config, tokenizer=None) -> list[Finding]:
-    """Every finding for a prepared config; with a tokenizer also the prompt lengths (seconds per 10k prompts). The
-    ``algorithm`` settings are read once; where they are refused (a finding of :mod:`egpo.preflight.prepare`), the
-    figures that depend on them are left out, and a warning says so."""
-    from egpo.errors import EgpoError
+def preflight_findings(config, settings, tokenizer=None) -> list[Finding]:
+    """Every finding for a prepared config and its ``algorithm`` settings as the pass read them
+    (:mod:`egpo.preflight.prepare`); with a tokenizer also the prompt lengths (seconds per 10k prompts). Where the
+    settings were refused (None), the figures that depend on them are left out, and a warning says so."""
     from egpo.preflight.findings import warning
-    from egpo.settings import EgpoSettings
 
-    try:
-        settings = EgpoSettings.from_algorithm(config.algorithm)
-    except EgpoError:
-        settings = None
     findings: list[Finding] = []
     rows = {}
     for key in ("data.train_files", "data.val_files"):
@@ -69,12 +63,12 @@ def preflight_findings(config, tokenizer=None) -> list[Finding]:
     return findings
 
 
-def startup_preflight(config, echo=print) -> list[Finding]:
+def startup_preflight(config, settings, echo=print) -> list[Finding]:
     """At start-up: the cheap findings, their errors as one refusal (the run stops), else their warnings and facts
     printed."""
     from egpo.preflight.findings import error
 
-    findings = preflight_findings(config)
+    findings = preflight_findings(config, settings)
     errors = [f for f in findings if f.level == "error"]
     if errors:
         return [error("preflight", "preflight: " + "; ".join(f.text for f in errors) +

@@ -45,7 +45,7 @@ def run(config_path: str | None, config_name: str, overrides: list[str],
         tokenizer, problem = read_tokenizer(config, "the prompt lengths were not measured")
         if problem is not None:
             findings.append(problem)
-    findings += preflight_findings(config, tokenizer)
+    findings += preflight_findings(config, prepared.settings, tokenizer)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     lines = [f"preflight {config_name} {' '.join(overrides)}".rstrip(), *(f.line() for f in findings),

@@ -106,7 +106,7 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
                 echo(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
                      "token count (8 times a worker), then runs eager anyway")
     if precision != "fp32":
-        what = ("the bonus" if settings.entropy_source == "actor" else
+        what = ("the bonus" if settings.algo.entropy_source == "actor" else
                 "egpo/entropy_rollout_vs_actor/* (rollout and actor agreement)")
         return [error(
             "actor",

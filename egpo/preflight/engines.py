@@ -20,14 +20,12 @@ def _select(config, key, default=None):
     return OmegaConf.select(config, key, default=default, throw_on_missing=False)
 
 
-def actor_entropy_findings(config, settings=None) -> list[Finding]:
-    from egpo.settings import EgpoSettings
+def actor_entropy_findings(config, settings) -> list[Finding]:
     from egpo.preflight.actor_entropy import actor_entropy_precision, reads_actor_entropy
 
-    settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     if not reads_actor_entropy(settings):
         return []
-    use = "the bonus" if settings.entropy_source == "actor" else "the rollout-vs-actor agreement"
+    use = "the bonus" if settings.algo.entropy_source == "actor" else "the rollout-vs-actor agreement"
     precision = actor_entropy_precision(config)
     if precision == "fp32":
         return [fact("entropy", f"the actor's entropy ({use}) is computed in fp32 "
@@ -87,6 +85,6 @@ def engine_version_findings(config) -> list[Finding]:
     return [warning("engines", note)] if note else []
 
 
-def engine_findings(config, settings=None) -> list[Finding]:
+def engine_findings(config, settings) -> list[Finding]:
     return [*actor_entropy_findings(config, settings), *seed_findings(config), *side_model_findings(config),
             *engine_version_findings(config)]

@@ -80,6 +80,7 @@ class Prepared:
 
     config: DictConfig
     findings: list[Finding] = field(default_factory=list)
+    settings: object = None  # the run's EgpoSettings, read once here (None: refused)
 
 
 def read_settings(config: DictConfig):
@@ -154,8 +155,8 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     if preflight and not refusal(found):
         from egpo.preflight import startup_preflight
 
-        found += startup_preflight(config, echo)
-    return Prepared(config, found)
+        found += startup_preflight(config, settings, echo)
+    return Prepared(config, found, settings)
 
 
 def prepare_config(config: DictConfig, preflight: bool = True, echo=print) -> DictConfig:

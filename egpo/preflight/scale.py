@@ -171,11 +171,9 @@ def entropy_saved_bytes(config, tokens: int, vocab: int) -> int:
     return tokens * vocab * dtype_bytes  # the softmax, in the logits' dtype
 
 
-def gpu_findings(config, shape: ModelShape, settings=None) -> list[Finding]:
-    from egpo.settings import EgpoSettings
+def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
     from egpo.preflight.actor_entropy import actor_entropy_keys, reads_actor_entropy
 
-    settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     findings = []
     tokens, vocab = update_tokens_per_gpu(config), shape.vocab_size
     reason = update_entropy_reason(config)
@@ -207,11 +205,8 @@ def gpu_findings(config, shape: ModelShape, settings=None) -> list[Finding]:
     return findings
 
 
-def driver_findings(config, settings=None) -> list[Finding]:
+def driver_findings(config, settings) -> list[Finding]:
     """Host memory egpo holds on the driver per step (transient; freed with the batch)."""
-    from egpo.settings import EgpoSettings
-
-    settings = settings or EgpoSettings.from_algorithm(config.algorithm)
     if not settings.enabled:
         return []
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
@@ -334,8 +329,9 @@ def ablation_disk_finding(config, runs: int, keep: int, out: Path) -> Finding | 
                         "starts from)", lambda k: f"--keep {k - 1}", fewest=3)
 
 
-def scale_findings(config, steps: int | None = None, settings=None) -> list[Finding]:
-    """What egpo adds per GPU and on the driver, and the run's checkpoint footprint, for a prepared config."""
+def scale_findings(config, steps: int | None, settings) -> list[Finding]:
+    """What egpo adds per GPU and on the driver, and the run's checkpoint footprint, for a prepared config and its
+    settings (:class:`egpo.settings.EgpoSettings`)."""
     shape = model_shape(config)
     if shape is None:
         return [fact("scale", f"the shape of {config.actor_rollout_ref.model.path} is unknown (no readable "

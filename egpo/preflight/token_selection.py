@@ -15,7 +15,7 @@ def token_mean_per_micro_batch(config: DictConfig, settings: EgpoSettings) -> bo
     legacy ``DataParallelPPOActor``: its policy losses get no global token count, ``config.global_batch_info``, which
     only its engine workers fill). At quantile 1 the mask is the full response mask, weighted as GRPO's own loss is."""
     mode = config.actor_rollout_ref.actor.get("loss_agg_mode", "token-mean")
-    return (settings.token_selection == "top_entropy" and settings.top_entropy_quantile < 1 and mode == "token-mean"
+    return (settings.algo.egpo_token_selection == "top_entropy" and settings.algo.egpo_top_entropy_quantile < 1 and mode == "token-mean"
             and worker_family(config) == "legacy")
 
 
@@ -24,7 +24,7 @@ def check_token_selection(config: DictConfig, settings: EgpoSettings) -> list[Fi
     egpo's estimator (the mask is set from the entropy it keeps), a loss that is the policy gradient alone (verl's
     entropy bonus and KL loss would be aggregated over the kept tokens only) and an actor that takes that loss's token
     mean over the whole mini-batch (:func:`token_mean_per_micro_batch`)."""
-    if settings.token_selection != "top_entropy":
+    if settings.algo.egpo_token_selection != "top_entropy":
         return []
     actor = config.actor_rollout_ref.actor
     problems, fix = [], []

@@ -17,6 +17,8 @@ then do not depend on timing. egpo.main selects this manager through
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import itertools
 import os
 
@@ -149,6 +151,11 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
         register_entropy_tool_agent()
         super().__init__(*args, **kwargs)
 
+    @cached_property
+    def egpo_settings(self) -> EgpoSettings:
+        """The run's settings, read once in this worker."""
+        return EgpoSettings.from_algorithm(self.config.algorithm)
+
     async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
         # the hf server seeds each request from its row, not from its arrival among copies of the same prompt
         if self.rollout_config.name == "hf":
@@ -160,7 +167,7 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
 
     def _postprocess(self, inputs, input_non_tensor_batch=None, **kwargs):
         inputs = canonical_sample_order(inputs, input_non_tensor_batch)
-        required = EgpoSettings.from_algorithm(self.config.algorithm).reads_rollout_entropy
+        required = self.egpo_settings.reads_rollout_entropy
         entropy = collect_rollout_entropy(inputs, self.rollout_config.response_length, required=required)
         output = super()._postprocess(inputs, input_non_tensor_batch=input_non_tensor_batch, **kwargs)
         if entropy is not None:

@@ -15,7 +15,8 @@ import inspect
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
-from egpo.advantage import compute_egpo_advantage, prompt_ends_inside_think
+from egpo.advantage.cot import prompt_ends_inside_think
+from egpo.advantage.egpo import egpo_advantage
 from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.compat.versions import TESTED_VERL, install_hint
@@ -47,7 +48,7 @@ def _check_verl_shape() -> None:
 
 
 def missing_entropy_message(settings: EgpoSettings) -> str:
-    if settings.entropy_source == "rollout":
+    if settings.algo.entropy_source == "rollout":
         return (
             f"algorithm.entropy_source=rollout but the batch has no '{ROLLOUT_ENTROPY}': the rollout did not return "
             "per-token entropy. Use egpo's rollout path (the egpo recipes set "
@@ -60,21 +61,17 @@ def missing_entropy_message(settings: EgpoSettings) -> str:
     )
 
 
-def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True) -> DataProto:
-    """EGPO advantages into ``data``; its entropy keys are dropped, its diagnostics go to ``meta_info``."""
-    settings = EgpoSettings.from_algorithm(config)
+def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True,
+                                settings: EgpoSettings | None = None) -> DataProto:
+    """EGPO advantages into ``data``; its entropy keys are dropped, its diagnostics go to ``meta_info``.
+    ``settings``: the run's, as the trainer read them (else read from ``config``, the ``algorithm`` node)."""
+    settings = settings or EgpoSettings.from_algorithm(config)
     batch = data.batch
     if settings.entropy_key not in batch.keys():
         raise MissingEntropyError(missing_entropy_message(settings))
     if "response_mask" not in batch.keys():
         batch["response_mask"] = verl_ray_trainer.compute_response_mask(data)
-    has_markers = settings.cot_start_token_id is not None and settings.cot_end_token_id is not None
-    if settings.span == "cot" and not has_markers:
-        raise MissingEntropyError(
-            "algorithm.cot_start_token_id / cot_end_token_id are unset; `python -m egpo.main` fills them from the "
-            "tokenizer. Set them explicitly when building the trainer yourself, or read the entropy over every "
-            "response token with algorithm.egpo_span=response."
-        )
+    algo = settings.algo
     responses = batch["responses"]
     entropy = batch[settings.entropy_key]
     if entropy.shape != responses.shape:
@@ -83,28 +80,23 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
             f"{tuple(responses.shape)}: entropy must be aligned 1:1 with the response tokens"
         )
     starts_inside = None
-    if has_markers and "prompts" in batch.keys():
-        starts_inside = prompt_ends_inside_think(batch["prompts"], settings.cot_start_token_id, settings.cot_end_token_id)
-    advantages, returns, diagnostics = compute_egpo_advantage(
+    if algo.cot_start_token_id is not None and algo.cot_end_token_id is not None and "prompts" in batch.keys():
+        starts_inside = prompt_ends_inside_think(batch["prompts"], algo.cot_start_token_id, algo.cot_end_token_id)
+    advantages, returns, diagnostics = egpo_advantage(
+        algo,
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
         index=data.non_tensor_batch["uid"],
         token_level_entropy=entropy,
         responses=responses,
-        egpo_lambda=settings.egpo_lambda,
-        egpo_alpha=settings.egpo_alpha,
-        cot_start_token_id=settings.cot_start_token_id,
-        cot_end_token_id=settings.cot_end_token_id,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         starts_inside=starts_inside,
-        granularity=settings.granularity,
-        span=settings.span,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
     selection = None
     if settings.selects_tokens:  # the 80/20 rule: the mask the actor update trains on, from the same entropy
-        selection = top_entropy_mask(entropy, batch["response_mask"], settings.top_entropy_quantile)
+        selection = top_entropy_mask(entropy, batch["response_mask"], algo.egpo_top_entropy_quantile)
         batch[UPDATE_MASK] = selection.mask
     for key in TRANSIENT_BATCH_KEYS:
         if key in batch.keys():
@@ -121,9 +113,9 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
 def variant_metrics(settings: EgpoSettings) -> dict[str, float]:
     """Which estimator variant ran, as step metrics (1.0 / 0.0)."""
     return {
-        "egpo/entropy_source_is_rollout": float(settings.entropy_source == "rollout"),
-        "egpo/granularity_is_token": float(settings.granularity == "token"),
-        "egpo/span_is_response": float(settings.span == "response"),
+        "egpo/entropy_source_is_rollout": float(settings.algo.entropy_source == "rollout"),
+        "egpo/granularity_is_token": float(settings.algo.egpo_granularity == "token"),
+        "egpo/span_is_response": float(settings.algo.egpo_span == "response"),
     }
 
 
@@ -137,13 +129,20 @@ def compute_advantage(original, data, adv_estimator, *args, **kwargs):
         return original(data, adv_estimator, *args, **kwargs)
     bound = inspect.signature(original).bind(data, adv_estimator, *args, **kwargs)
     bound.apply_defaults()
-    return compute_egpo_advantage_step(data, bound.arguments["config"], bound.arguments["norm_adv_by_std_in_grpo"])
+    config = bound.arguments["config"]
+    node, settings = _RUN.get("settings", (None, None))
+    return compute_egpo_advantage_step(data, config, bound.arguments["norm_adv_by_std_in_grpo"],
+                                       settings if config is node else None)
 
 
 COMPUTE_ADVANTAGE = Patch("verl.trainer.ppo.ray_trainer:compute_advantage", compute_advantage)
+_RUN: dict = {}  # the trainer's algorithm node and its settings, read once when the trainer starts
 
 
-def install() -> None:
-    """Routes verl's ``compute_advantage`` through :func:`compute_advantage` (guarded, idempotent)."""
+def install(algorithm=None, settings: EgpoSettings | None = None) -> None:
+    """Routes verl's ``compute_advantage`` through :func:`compute_advantage` (guarded, idempotent); the trainer's
+    ``algorithm`` node and the settings it read from it are used for every step that passes that node."""
     _check_verl_shape()
     COMPUTE_ADVANTAGE.apply()
+    if settings is not None:
+        _RUN["settings"] = (algorithm, settings)

@@ -62,12 +62,12 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             super().__init__(config, *args, **kwargs)
         self.egpo = EgpoSettings.from_algorithm(config.algorithm)
         register_estimator()
-        advantage_step.install()
+        advantage_step.install(config.algorithm, self.egpo)
         pass_at_k.check_verl_shape(RayPPOTrainer)
         self.solved_score = float(OmegaConf.select(config, pass_at_k.SOLVED_SCORE_KEY,
                                                    default=pass_at_k.DEFAULT_SOLVED_SCORE))
         warn_on_temperature_mismatch(config, self.egpo)
-        self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.span == "cot")
+        self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.algo.egpo_span == "cot")
         if self.egpo.enabled and self.trains:
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
 
@@ -87,7 +87,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             old_log_prob, mfu = super()._compute_old_log_prob(batch)
         actor_entropy = old_log_prob.batch.get("entropys", None) if old_log_prob.batch is not None else None
         computed = actor_entropy is not None and actor_entropy_computed(actor_entropy, batch.batch["response_mask"])
-        if self.egpo.enabled and self.egpo.entropy_source == "actor":
+        if self.egpo.enabled and self.egpo.algo.entropy_source == "actor":
             if not computed:
                 raise advantage_step.MissingEntropyError(UNCOMPUTED_ACTOR_ENTROPY if actor_entropy is not None else
                                                          "the actor's old-log-prob recompute returned no 'entropys'; "
