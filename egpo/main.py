@@ -2,7 +2,8 @@
 
     python -m egpo.main algorithm.adv_estimator=egpo algorithm.entropy_source=rollout ...
 
-Before Hydra composes, verl's config names and misspelled keys on the command line are answered; before Ray starts,
+Before Hydra composes, the recipe's name is read (verl's trainer config names run as egpo's, with a note) and
+misspelled keys on the command line are answered; before Ray starts,
 :func:`egpo.preflight.prepare.prepare_config` completes and checks the config. Every refusal is printed as egpo's
 own lines, with its fix, and exits non-zero without a traceback.
 """
@@ -46,40 +47,6 @@ def refusal(message: str) -> str:
     return f"[egpo] refused before anything started: {message}"
 
 
-# verl's config names (Hydra accepts them with or without .yaml) with egpo's equivalent (verl's + egpo's keys)
-EGPO_EQUIVALENTS = {"ppo_trainer": "egpo_trainer", "ppo_megatron_trainer": "egpo_megatron_trainer"}
-
-
-def _config_args(argv: list[str]) -> tuple[str | None, str | None]:
-    """``--config-name`` and ``--config-path`` (or ``--config-dir``) as Hydra reads them, ``=`` or space form."""
-    args = iter(argv)
-    name = path = None
-    for arg in args:
-        key, has_value, value = arg.partition("=")
-        if key in ("--config-name", "-cn"):
-            name = value if has_value else next(args, None)
-        elif key in ("--config-path", "-cp", "--config-dir", "-cd"):
-            path = value if has_value else next(args, None)
-    return name, path
-
-
-def verl_config_name_problems(argv: list[str]) -> list[str]:
-    """``--config-name=ppo_trainer`` (verl's name, as verl's example scripts pass it) where Hydra would not find it:
-    without ``--config-path``, or with one that holds no such file. Hydra would say only "Cannot find primary
-    config"; egpo ships the same config with its keys under another name."""
-    from egpo.recipe_names import recipe_folders
-
-    name, path = _config_args(argv)
-    stem = name[:-len(".yaml")] if name and name.endswith(".yaml") else name
-    if stem not in EGPO_EQUIVALENTS:
-        return []
-    if path and any((folder / f"{stem}.yaml").is_file() for folder in recipe_folders(path)):
-        return []  # the user's own copy
-    where = f"it is not in --config-path={path}" if path else "egpo.main does not read verl's config folder"
-    return [f"--config-name={name} is verl's config and {where}; egpo.main ships it with egpo's keys: "
-            f"{'drop --config-path and ' if path else ''}use --config-name={EGPO_EQUIVALENTS[stem]}"]
-
-
 @hydra.main(config_path="config", config_name="egpo_trainer", version_base=None)
 def hydra_main(config: DictConfig) -> None:
     run(config)
@@ -90,15 +57,20 @@ def main() -> None:
 
     from egpo.compat.versions import environment_problems
 
+    from egpo.recipe_names import config_args, egpo_equivalent, recipe_name_problems, without_config_args
+
     argv = sys.argv[1:]
+    path, name = config_args(argv)
+    path, name, note = egpo_equivalent(path, name)
+    if note:  # verl's example scripts' --config-name: egpo's config of that name, said once
+        print(note, flush=True)
+        argv = [*without_config_args(argv), *([f"--config-path={path}"] if path else []), f"--config-name={name}"]
+        sys.argv[1:] = argv
     problems = environment_problems()  # package metadata only: before anything imports verl
     if not problems:
         from egpo.preflight.key_check import misspelled_override_problems
-        from egpo.recipe_names import recipe_name_problems
 
-        name, path = _config_args(argv)
-        problems = verl_config_name_problems(argv) or recipe_name_problems(path, name)
-        problems += misspelled_override_problems(argv)
+        problems = recipe_name_problems(path, name) + misspelled_override_problems(argv)
     if problems:
         raise SystemExit(refusal("; ".join(problems) + ". Nothing was started."))
     from egpo.console import quiet_driver

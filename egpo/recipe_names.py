@@ -1,6 +1,7 @@
-"""Which recipe a command names, checked before anything composes it: the one refusal every entry point gives
-(``egpo.main``, ``egpo.preflight``, ``egpo.generate``, ``egpo.ablation``) when no file holds the name, naming the
-recipes that folder does hold and the one most likely meant. Reads file names only: nothing heavy is imported."""
+"""Which recipe a command names, read the same way by every entry point (``egpo.main``, ``egpo.preflight``,
+``egpo.generate``, ``egpo.ablation``) before anything composes it: verl's trainer config names run as egpo's
+(:func:`egpo_equivalent`), and a name no file holds is one refusal naming the recipes that folder does hold and the one
+most likely meant. Reads file names only: nothing heavy is imported."""
 
 from __future__ import annotations
 
@@ -26,6 +27,50 @@ def recipe_folders(config_path: str | None) -> list[Path]:
         return [EGPO_CONFIGS]
     path = Path(config_path).expanduser()
     return [path] if path.is_absolute() else [Path.cwd() / path, EGPO_CONFIGS.parent / path]
+
+
+# verl's trainer configs (verl's example scripts pass them) and egpo's: the same config with egpo's keys
+VERL_EQUIVALENTS = {"ppo_trainer": "egpo_trainer", "ppo_megatron_trainer": "egpo_megatron_trainer"}
+
+
+def config_args(argv: list[str]) -> tuple[str | None, str | None]:
+    """``--config-path`` (or ``--config-dir``) and ``--config-name`` as Hydra reads them, ``=`` or space form."""
+    args = iter(argv)
+    name = path = None
+    for arg in args:
+        key, has_value, value = arg.partition("=")
+        if key in ("--config-name", "-cn"):
+            name = value if has_value else next(args, None)
+        elif key in ("--config-path", "-cp", "--config-dir", "-cd"):
+            path = value if has_value else next(args, None)
+    return path, name
+
+
+def without_config_args(argv: list[str]) -> list[str]:
+    """``argv`` without its ``--config-path``/``--config-dir``/``--config-name`` (either form)."""
+    kept, args = [], iter(argv)
+    for arg in args:
+        key, has_value, _ = arg.partition("=")
+        if key in ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"):
+            if not has_value:
+                next(args, None)
+            continue
+        kept.append(arg)
+    return kept
+
+
+def egpo_equivalent(config_path: str | None, config_name: str | None) -> tuple[str | None, str | None, str | None]:
+    """-> (config path, config name, a note or None). verl's trainer config name (``--config-name=ppo_trainer``, with
+    verl's ``--config-path=./config`` or none) becomes egpo's own config of that name, with one line saying so; a
+    folder holding a file of that name (the user's own copy) keeps it."""
+    stem = config_name[:-len(".yaml")] if config_name and config_name.endswith(".yaml") else config_name
+    if stem not in VERL_EQUIVALENTS:
+        return config_path, config_name, None
+    if config_path and any((folder / f"{stem}.yaml").is_file() for folder in recipe_folders(config_path)):
+        return config_path, config_name, None
+    ours = VERL_EQUIVALENTS[stem]
+    return None, ours, (f"[egpo] --config-name={config_name} is verl's trainer config: egpo runs its own {ours} "
+                        f"(verl's {stem} with egpo's keys{', in place of --config-path=' + config_path if config_path else ''})")
 
 
 def recipe_name_problems(config_path: str | None, config_name: str | None) -> list[str]:

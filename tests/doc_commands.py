@@ -130,7 +130,7 @@ def hydra_args(args: list[str]) -> tuple[str | None, str, list[str]]:
 
 def compose_checked(config_path: str | None, config_name: str, overrides: list[str]):
     """The composed config, with egpo's check of its own keys (misspelled ones are refused)."""
-    from egpo.preflight.__main__ import compose
+    from egpo.preflight.compose import compose
     from egpo.preflight.findings import refuse
     from egpo.preflight.key_check import check_unknown_keys
 
@@ -317,7 +317,7 @@ def check_inline(command: Command) -> None:
 @lru_cache(maxsize=None)
 def reference_configs() -> tuple:
     """The configs a doc's keys are looked up in: egpo's own (FSDP and Megatron) and every recipe."""
-    from egpo.preflight.__main__ import compose
+    from egpo.preflight.compose import compose
 
     recipes = [p.stem for p in (ROOT / "recipes").glob("*.yaml")]
     return (compose(None, "egpo_trainer", []), compose(None, "egpo_megatron_trainer", []),

@@ -168,7 +168,7 @@ def test_ctrl_c_stops_the_jobs_it_submitted_or_waits_for_and_no_other(tmp_path, 
 
 
 def compose(*overrides):
-    from egpo.preflight.__main__ import compose as compose_config
+    from egpo.preflight.compose import compose as compose_config
 
     return compose_config(str(RECIPES), "cpu_smoke", list(overrides))
 

@@ -120,7 +120,7 @@ def test_every_arms_preflight_warnings_are_printed_with_what_the_arm_does(tmp_pa
                   "--arms", "grpo", "grpo_entbonus", "--seeds", "0", "--steps", "2",
                   "actor_rollout_ref.actor.use_dynamic_bsz=true",
                   "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40000000"])
-    from egpo.preflight.__main__ import compose
+    from egpo.preflight.compose import compose
 
     config = compose(args.config_path, args.config_name, [f"egpo_demo.out={demo}", *args.overrides])
     preflight(args, demo, (), config)

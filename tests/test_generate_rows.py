@@ -95,9 +95,14 @@ def test_a_part_is_whole_or_absent_and_a_rerun_keeps_the_written_ones(tmp_path):
         store.write_part(1, chunk_table().drop(["entropy"]))
 
 
-def test_a_rerun_with_other_settings_is_refused_naming_what_differs(tmp_path):
-    SampleStore(tmp_path).start(dict(FINGERPRINT), {})
-    with pytest.raises(GenerationRunError, match=r"n: 2 there, 4 now.*give another --out"):
+def test_a_rerun_with_other_settings_is_refused_naming_what_differs(tmp_path, capsys):
+    first = SampleStore(tmp_path).start(dict(FINGERPRINT), {})
+    # a run that wrote no rows (it failed before its first part) holds nothing: the corrected command takes the folder
+    second = SampleStore(tmp_path).start({**FINGERPRINT, "n": 3}, {})
+    assert second["fingerprint"]["n"] == 3 and second["responses_id"] != first["responses_id"]
+    assert "wrote no rows; it is replaced" in capsys.readouterr().out
+    SampleStore(tmp_path).write_part(0, chunk_table())
+    with pytest.raises(GenerationRunError, match=r"n: 3 there, 4 now.*give another --out"):
         SampleStore(tmp_path).start({**FINGERPRINT, "n": 4}, {})
 
 

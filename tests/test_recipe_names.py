@@ -1,5 +1,6 @@
-"""A recipe name no file holds: every entry point refuses it in one line, before anything composes, naming the
-recipes the folder holds and the one most likely meant (egpo.recipe_names)."""
+"""How every entry point reads a recipe name (egpo.recipe_names): one it does not find is refused in one line, before
+anything composes, naming the recipes the folder holds and the one most likely meant; verl's trainer config names run
+as egpo's, with one note."""
 
 from __future__ import annotations
 
@@ -61,3 +62,26 @@ def test_every_entry_point_refuses_it_in_one_line(tool, tmp_path, monkeypatch):
         message = refusal(main, [*argv, "--arms", "grpo", "--out", str(tmp_path / "ablation")])
     assert "\n" not in message and "did you mean --config-name=cpu_smoke?" in message, message
     assert not (tmp_path / "gen").exists()  # refused before anything was written
+
+
+def test_the_entry_points_that_compose_read_verls_config_name_as_egpo_main_does(capsys):
+    """egpo.preflight, egpo.generate and egpo.ablation compose through egpo.preflight.compose."""
+    from egpo.preflight.compose import compose
+
+    config = compose("./config", "ppo_trainer", ["algorithm.adv_estimator=egpo"])
+    assert "egpo_lambda" in config.algorithm
+    assert capsys.readouterr().out.startswith("[egpo] --config-name=ppo_trainer is verl's trainer config: egpo runs "
+                                              "its own egpo_trainer")
+
+
+def test_generate_refuses_a_missing_data_file_before_ray_in_one_line_and_keeps_its_out_free(tmp_path, demo):
+    """The main job's data check runs before egpo.generate starts Ray; nothing is written to --out, so the corrected
+    command can use it."""
+    from egpo.generate.__main__ import main
+
+    out = tmp_path / "gen"
+    message = refusal(main, [f"--config-path={RECIPES}", "--config-name=cpu_smoke", "--out", str(out),
+                             f"egpo_demo.out={demo}", f"data.val_files={tmp_path / 'missing.parquet'}"])
+    assert message.startswith("[egpo] generate refused before anything started: data.val_files: ") and \
+        "missing.parquet not found" in message and "\n" not in message, message
+    assert not (out / "run.json").exists()

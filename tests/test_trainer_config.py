@@ -161,23 +161,28 @@ def test_temperature_mismatch_is_reported_when_entropies_are_compared():
     (["--config-name=ppo_megatron_trainer"], "egpo_megatron_trainer"),
     (["--config-name", "ppo_trainer"], "egpo_trainer"),
     (["--config-name=ppo_trainer.yaml"], "egpo_trainer"),
+    (["--config-path=./config", "--config-name=ppo_trainer"], "egpo_trainer"),  # as verl's example scripts pass it
     ([f"--config-path={RECIPES}", "--config-name=ppo_trainer"], "egpo_trainer"),
 ])
-def test_verls_config_name_points_to_egpos(args, equivalent):
-    from egpo.main import verl_config_name_problems
+def test_verls_config_name_is_egpos_config_of_that_name(args, equivalent):
+    from egpo.recipe_names import config_args, egpo_equivalent
 
-    [problem] = verl_config_name_problems(args)
-    assert problem.endswith(f"use --config-name={equivalent}")  # a name that composes (test_users_line_composes_...)
-    assert verl_config_name_problems([f"--config-name={equivalent}"]) == []
+    path, name, note = egpo_equivalent(*config_args(args))
+    assert (path, name) == (None, equivalent) and note.startswith("[egpo] --config-name=") and "\n" not in note
+    assert egpo_equivalent(None, equivalent) == (None, equivalent, None)
 
 
-def test_verls_config_name_is_refused_by_the_main_job_as_egpos_line():
-    proc = run_main(f"--config-path={RECIPES}", "--config-name=ppo_trainer", "--cfg", "job")
-    assert proc.returncode == 1 and "Cannot find primary config" not in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert (f"\n[egpo] refused before anything started: --config-name=ppo_trainer is verl's config and it is not in "
-            f"--config-path={RECIPES}; egpo.main ships it with egpo's keys: drop --config-path and use "
-            "--config-name=egpo_trainer. Nothing was started.") in "\n" + proc.stderr
+def test_a_verl_example_scripts_line_runs_as_egpos_trainer_config_with_one_note():
+    """verl's example scripts with ``python3 -m verl.trainer.main_ppo`` replaced by ``python -m egpo.main`` and nothing
+    else changed: verl's ``--config-path=./config --config-name=ppo_trainer``."""
+    proc = run_main("--config-path=./config", "--config-name=ppo_trainer", "--cfg", "job",
+                    "algorithm.adv_estimator=egpo")
+    assert proc.returncode == 0, proc.stderr
+    note, _, dumped = proc.stdout.partition("\n")
+    assert note == ("[egpo] --config-name=ppo_trainer is verl's trainer config: egpo runs its own egpo_trainer "
+                    "(verl's ppo_trainer with egpo's keys, in place of --config-path=./config)")
+    cfg = yaml.safe_load(dumped)
+    assert cfg["algorithm"]["adv_estimator"] == "egpo" and "egpo_lambda" in cfg["algorithm"]
 
 
 def test_a_users_own_copy_of_verls_config_name_is_read(tmp_path):

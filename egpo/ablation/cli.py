@@ -21,7 +21,7 @@ def default_save_every(steps: int) -> int:
 def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> None:
     """The preflight of every arm's config, then the checkpoints of every run not yet done against the free space of
     ``--out`` (errors stop the ablation before the first run)."""
-    from egpo.preflight.__main__ import compose
+    from egpo.preflight.compose import compose
     from egpo.preflight.__main__ import run as run_preflight
     from egpo.preflight.findings import TAGS
     from egpo.preflight.scale import ablation_disk_finding
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         client, dispatch = connect(args.ray_address), CLUSTER_OVERRIDES
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    from egpo.preflight.__main__ import compose
+    from egpo.preflight.compose import compose
 
     from egpo.errors import EgpoError
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf, open_dict
 
 from egpo.errors import EgpoConfigError
+from egpo.preflight.findings import refuse
 from egpo.generate.options import GenerateOptions, check_checkpoint_world_size, resolve_checkpoint
 from egpo.generate.store import SampleStore, read_run
 
@@ -34,7 +35,7 @@ def _positive(name: str, value: int | None) -> None:
 def generation_config(args):
     """The recipe plus the user's overrides plus :data:`GENERATION_OVERRIDES`, completed and
     checked by egpo.main's own pass (:func:`egpo.preflight.prepare.prepare_config`)."""
-    from egpo.preflight.__main__ import compose
+    from egpo.preflight.compose import compose
     from egpo.preflight.prepare import prepare_config
 
     out = args.out.expanduser().resolve()
@@ -55,7 +56,22 @@ def generation_config(args):
                               "model's samples, and --score would read its turns without them): set "
                               "actor_rollout_ref.rollout.multi_turn.enable=false")
     config = prepare_config(config, preflight=False)
+    refuse(data_findings(config))
     return config, checkpoint
+
+
+def data_findings(config) -> list:
+    """The main job's data-file check, before Ray and before ``--out`` holds anything: verl's trainer reads
+    ``data.train_files`` (and, for a run that samples the validation prompts, ``data.val_files``) at start-up."""
+    from egpo.preflight.data import file_findings, inspect_split
+
+    found = []
+    for key in ("data.train_files", "data.val_files"):
+        split = inspect_split(config, key)
+        if key == "data.val_files" and not split.paths:
+            continue
+        found += file_findings(split)
+    return found
 
 
 def recipe_options(args) -> str:

@@ -53,6 +53,12 @@ class SampleStore:
         for leftover in self.samples.glob(".*.tmp"):
             leftover.unlink()
         run_file = self.out / RUN
+        if run_file.exists() and not part_numbers(self.out) and not self.done():
+            held = json.loads(run_file.read_text())
+            if held.get("fingerprint", {}) != fingerprint:  # a run that wrote nothing holds nothing to keep
+                print(f"[egpo] generate: {self.out} held a run with other settings that wrote no rows; it is "
+                      "replaced by this one", flush=True)
+                run_file.unlink()
         if run_file.exists():
             held = json.loads(run_file.read_text())
             before = held.get("fingerprint", {})

@@ -10,31 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
-
-def compose(config_path: str | None, config_name: str, overrides: list[str]):
-    """The recipe with its overrides; a recipe name no file holds is refused first (:mod:`egpo.recipe_names`)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir, initialize_config_module
-
-    from egpo.recipe_names import recipe_name_problems
-    from egpo.settings import EgpoConfigError
-
-    problems = recipe_name_problems(config_path, config_name)
-    if problems:
-        raise EgpoConfigError("; ".join(problems))
-
-    if config_path:
-        with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
-            return hydra_compose(config_name=config_name, overrides=overrides)
-    with initialize_config_module(config_module="egpo.config", version_base=None):
-        return hydra_compose(config_name=config_name, overrides=overrides)
 
 
 def run(config_path: str | None, config_name: str, overrides: list[str],
         print_config: bool = False) -> tuple[int, list[str]]:
     from egpo.preflight import preflight_findings
+    from egpo.preflight.compose import compose
     from egpo.preflight.prepare import prepare
     from egpo.preflight.think_tokens import read_tokenizer
 

@@ -1,0 +1,27 @@
+"""A recipe plus overrides composed as ``python -m egpo.main`` composes it, for the entry points that compose it
+themselves (``egpo.preflight``, ``egpo.generate``, ``egpo.ablation``): verl's trainer config names run as egpo's
+(with the same note), a recipe name no file holds is refused first (:mod:`egpo.recipe_names`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def compose(config_path: str | None, config_name: str, overrides: list[str], echo=print):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir, initialize_config_module
+
+    from egpo.errors import EgpoConfigError
+    from egpo.recipe_names import egpo_equivalent, recipe_name_problems
+
+    config_path, config_name, note = egpo_equivalent(config_path, config_name)
+    if note:
+        echo(note)
+    problems = recipe_name_problems(config_path, config_name)
+    if problems:
+        raise EgpoConfigError("; ".join(problems))
+    if config_path:
+        with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
+            return hydra_compose(config_name=config_name, overrides=overrides)
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        return hydra_compose(config_name=config_name, overrides=overrides)
