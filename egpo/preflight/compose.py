@@ -1,6 +1,7 @@
 """A recipe plus overrides composed as ``python -m egpo.main`` composes it, for the entry points that compose it
-themselves (``egpo.preflight``, ``egpo.generate``, ``egpo.ablation``): verl's trainer config names run as egpo's
-(with the same note), a recipe name no file holds is refused first (:mod:`egpo.recipe_names`)."""
+themselves (``egpo.preflight``, ``egpo.generate``, ``egpo.ablation``): the environment checked first from package
+metadata (as ``egpo.main`` does before anything imports verl), verl's trainer config names run as egpo's (with the
+same note), a recipe name no file holds refused (:mod:`egpo.recipe_names`); each refusal one line, by its caller."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ def compose(config_path: str | None, config_name: str, overrides: list[str], ech
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir, initialize_config_module
 
-    from egpo.errors import EgpoConfigError
+    from egpo.compat.versions import environment_problems
+    from egpo.errors import EgpoConfigError, IncompatibleDependencyError
     from egpo.recipe_names import egpo_equivalent, recipe_name_problems
 
+    problems = environment_problems()
+    if problems:
+        raise IncompatibleDependencyError("; ".join(problems))
     config_path, config_name, note = egpo_equivalent(config_path, config_name)
     if note:
         echo(note)
