@@ -74,6 +74,14 @@ def test_the_entry_points_that_compose_read_verls_config_name_as_egpo_main_does(
                                               "its own egpo_trainer")
 
 
+def test_the_composing_entry_points_refuse_a_misspelled_key_before_hydra():
+    from egpo.errors import EgpoConfigError
+    from egpo.preflight.compose import compose
+
+    with pytest.raises(EgpoConfigError, match="did you mean algorithm.egpo_lambda"):
+        compose(str(RECIPES), "cpu_smoke", ["algorithm.egpo_lamda=0.3"])
+
+
 def test_generate_refuses_a_missing_data_file_before_ray_in_one_line_and_keeps_its_out_free(tmp_path, demo):
     """The main job's data check runs before egpo.generate starts Ray; nothing is written to --out, so the corrected
     command can use it."""

@@ -1,7 +1,8 @@
 """A recipe plus overrides composed as ``python -m egpo.main`` composes it, for the entry points that compose it
 themselves (``egpo.preflight``, ``egpo.generate``, ``egpo.ablation``): the environment checked first from package
 metadata (as ``egpo.main`` does before anything imports verl), verl's trainer config names run as egpo's (with the
-same note), a recipe name no file holds refused (:mod:`egpo.recipe_names`); each refusal one line, by its caller."""
+same note), a recipe name no file holds and a misspelled ``algorithm.*``/``egpo.*`` key refused; each refusal
+one line, by its caller."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def compose(config_path: str | None, config_name: str, overrides: list[str], ech
     config_path, config_name, note = egpo_equivalent(config_path, config_name)
     if note:
         echo(note)
-    problems = recipe_name_problems(config_path, config_name)
+    from egpo.preflight.key_check import misspelled_override_problems
+
+    problems = recipe_name_problems(config_path, config_name) + misspelled_override_problems(overrides)
     if problems:
         raise EgpoConfigError("; ".join(problems))
     if config_path:
