@@ -9,6 +9,7 @@ import yaml
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from egpo.errors import EgpoError
 from egpo.settings import EgpoConfigError, EgpoSettings
 from test_recipes import RECIPES
 from egpo.preflight.think_tokens import lookup_think_token_ids, resolve_think_token_ids
@@ -25,10 +26,17 @@ def run_main(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-def test_users_line_composes_without_plus():
-    proc = run_main("--cfg", "job", "algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
+def test_users_line_composes_without_plus_and_verls_example_recipe_runs_as_egpos_with_one_note():
+    """The user's line, with the recipe options of verl's example scripts (``python3 -m verl.trainer.main_ppo``
+    replaced by ``python -m egpo.main`` and nothing else changed: ``--config-path=./config
+    --config-name=ppo_trainer``)."""
+    proc = run_main("--config-path=./config", "--config-name=ppo_trainer", "--cfg", "job",
+                    "algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
     assert proc.returncode == 0, proc.stderr
-    cfg = yaml.safe_load(proc.stdout)
+    note, _, dumped = proc.stdout.partition("\n")
+    assert note == ("[egpo] --config-name=ppo_trainer is verl's trainer config: egpo runs its own egpo_trainer "
+                    "(verl's ppo_trainer with egpo's keys, in place of --config-path=./config)")
+    cfg = yaml.safe_load(dumped)
     algo = cfg["algorithm"]
     assert algo["adv_estimator"] == "egpo" and algo["entropy_source"] == "rollout"
     assert algo["egpo_lambda"] == 0.4 and algo["egpo_alpha"] == 2.0
@@ -37,11 +45,19 @@ def test_users_line_composes_without_plus():
     assert "actor_rollout_ref" in cfg and "rollout_correction" in algo
 
 
+def refused_by_the_main_jobs_pass(*overrides) -> str:
+    """The refusal egpo.main prints for this command line, from its pass before Ray (prepare_config); that the main
+    job prints it as one line before anything starts: tests/test_startup_checks.py's runs of it."""
+    from egpo.preflight.prepare import prepare_config
+
+    with pytest.raises(EgpoError) as refused:
+        prepare_config(composed(*overrides), preflight=False)
+    return str(refused.value)
+
+
 def test_typo_in_entropy_source_is_refused_with_the_allowed_values():
-    proc = run_main("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollot")
-    assert proc.returncode != 0
-    assert "algorithm.entropy_source='rollot' is not one of 'actor', 'rollout'" in proc.stderr
-    assert "ray init" not in proc.stdout  # refused before Ray starts
+    message = refused_by_the_main_jobs_pass("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollot")
+    assert "algorithm.entropy_source='rollot' is not one of 'actor', 'rollout'" in message
 
 
 @pytest.mark.parametrize(
@@ -134,17 +150,13 @@ def test_tokenizer_without_think_tokens_stops_the_job_before_ray(tmp_path):
 
     path = tmp_path / "tok"
     build_tokenizer(with_think_tokens=False).save_pretrained(path)
-    proc = run_main("algorithm.adv_estimator=egpo", f"actor_rollout_ref.model.path={path}")
-    assert proc.returncode != 0
-    assert "has no '<think>' token" in proc.stderr
-    assert "ray init" not in proc.stdout
+    message = refused_by_the_main_jobs_pass("algorithm.adv_estimator=egpo", f"actor_rollout_ref.model.path={path}")
+    assert "has no '<think>' token" in message
 
 
 def test_unknown_variant_stops_the_job_before_ray():
-    proc = run_main("algorithm.adv_estimator=egpo", "algorithm.egpo_granularity=sequence")
-    assert proc.returncode != 0
-    assert "algorithm.egpo_granularity='sequence' is not one of 'response', 'token'" in proc.stderr
-    assert "ray init" not in proc.stdout
+    message = refused_by_the_main_jobs_pass("algorithm.adv_estimator=egpo", "algorithm.egpo_granularity=sequence")
+    assert "algorithm.egpo_granularity='sequence' is not one of 'response', 'token'" in message
 
 
 def test_temperature_mismatch_is_reported_when_entropies_are_compared():
@@ -170,19 +182,6 @@ def test_verls_config_name_is_egpos_config_of_that_name(args, equivalent):
     path, name, note = egpo_equivalent(*config_args(args))
     assert (path, name) == (None, equivalent) and note.startswith("[egpo] --config-name=") and "\n" not in note
     assert egpo_equivalent(None, equivalent) == (None, equivalent, None)
-
-
-def test_a_verl_example_scripts_line_runs_as_egpos_trainer_config_with_one_note():
-    """verl's example scripts with ``python3 -m verl.trainer.main_ppo`` replaced by ``python -m egpo.main`` and nothing
-    else changed: verl's ``--config-path=./config --config-name=ppo_trainer``."""
-    proc = run_main("--config-path=./config", "--config-name=ppo_trainer", "--cfg", "job",
-                    "algorithm.adv_estimator=egpo")
-    assert proc.returncode == 0, proc.stderr
-    note, _, dumped = proc.stdout.partition("\n")
-    assert note == ("[egpo] --config-name=ppo_trainer is verl's trainer config: egpo runs its own egpo_trainer "
-                    "(verl's ppo_trainer with egpo's keys, in place of --config-path=./config)")
-    cfg = yaml.safe_load(dumped)
-    assert cfg["algorithm"]["adv_estimator"] == "egpo" and "egpo_lambda" in cfg["algorithm"]
 
 
 def test_a_users_own_copy_of_verls_config_name_is_read(tmp_path):
