@@ -25,7 +25,10 @@ def compose(config_path: str | None, config_name: str, overrides: list[str], ech
         echo(note)
     from egpo.preflight.key_check import misspelled_override_problems
 
-    problems = recipe_name_problems(config_path, config_name) + misspelled_override_problems(overrides)
+    # a misspelled key Hydra cannot compose (given without +) is refused here; one given with + composes, and the
+    # pass lists it with every other problem
+    unappended = [override for override in overrides if not override.startswith("+")]
+    problems = recipe_name_problems(config_path, config_name) + misspelled_override_problems(unappended)
     if problems:
         raise EgpoConfigError("; ".join(problems))
     if config_path:
