@@ -44,6 +44,9 @@ def estimator_name(adv_estimator) -> str:
     return getattr(adv_estimator, "value", adv_estimator)
 
 
+_READ: dict[int, tuple[object, "EgpoSettings"]] = {}  # EgpoSettings.of: a node's id -> (the node, its settings)
+
+
 @dataclass(frozen=True)
 class EgpoSettings:
     """What a run's egpo does: its ``algorithm.*`` keys as declared and checked
@@ -82,6 +85,15 @@ class EgpoSettings:
         return (f"egpo_granularity={algo.egpo_granularity} egpo_span={algo.egpo_span}: {form}, entropy read over "
                 f"{where}, from the {algo.entropy_source}, egpo_lambda={algo.egpo_lambda} "
                 f"egpo_alpha={algo.egpo_alpha}{selection}")
+
+    @classmethod
+    def of(cls, algorithm) -> "EgpoSettings":
+        """The settings of a run's ``algorithm`` node, read once in this process: the trainer, its advantage step
+        and the choice of rollout replicas share one reading (a run's node does not change once the run started)."""
+        held = _READ.get(id(algorithm))
+        if held is None or held[0] is not algorithm:
+            held = _READ[id(algorithm)] = (algorithm, cls.from_algorithm(algorithm))
+        return held[1]
 
     @classmethod
     def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":

@@ -82,7 +82,7 @@ def served_replicas(config) -> dict[str, str]:
     """The rollout names egpo's replicas serve in the run ``config`` describes (``None``: every name)."""
     from egpo.settings import EgpoSettings
 
-    if config is None or EgpoSettings.from_algorithm(config.algorithm).reads_rollout_entropy:
+    if config is None or EgpoSettings.of(config.algorithm).reads_rollout_entropy:
         return dict(REGISTERED)
     return {name: target for name, target in REGISTERED.items() if name not in ONLY_FOR_ROLLOUT_ENTROPY}
 

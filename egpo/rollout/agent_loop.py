@@ -17,7 +17,6 @@ then do not depend on timing. egpo.main selects this manager through
 
 from __future__ import annotations
 
-from functools import cached_property
 
 import itertools
 import os
@@ -151,10 +150,10 @@ class EntropyAgentLoopWorker(AgentLoopWorker):
         register_entropy_tool_agent()
         super().__init__(*args, **kwargs)
 
-    @cached_property
+    @property
     def egpo_settings(self) -> EgpoSettings:
         """The run's settings, read once in this worker."""
-        return EgpoSettings.from_algorithm(self.config.algorithm)
+        return EgpoSettings.of(self.config.algorithm)
 
     async def _run_agent_loop(self, sampling_params, trajectory, **kwargs):
         # the hf server seeds each request from its row, not from its arrival among copies of the same prompt

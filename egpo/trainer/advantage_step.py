@@ -61,11 +61,10 @@ def missing_entropy_message(settings: EgpoSettings) -> str:
     )
 
 
-def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True,
-                                settings: EgpoSettings | None = None) -> DataProto:
-    """EGPO advantages into ``data``; its entropy keys are dropped, its diagnostics go to ``meta_info``.
-    ``settings``: the run's, as the trainer read them (else read from ``config``, the ``algorithm`` node)."""
-    settings = settings or EgpoSettings.from_algorithm(config)
+def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True) -> DataProto:
+    """EGPO advantages into ``data``; its entropy keys are dropped, its diagnostics go to ``meta_info``. ``config``:
+    the run's ``algorithm`` node, whose settings the trainer read (:meth:`EgpoSettings.of`)."""
+    settings = EgpoSettings.of(config)
     batch = data.batch
     if settings.entropy_key not in batch.keys():
         raise MissingEntropyError(missing_entropy_message(settings))
@@ -129,20 +128,13 @@ def compute_advantage(original, data, adv_estimator, *args, **kwargs):
         return original(data, adv_estimator, *args, **kwargs)
     bound = inspect.signature(original).bind(data, adv_estimator, *args, **kwargs)
     bound.apply_defaults()
-    config = bound.arguments["config"]
-    node, settings = _RUN.get("settings", (None, None))
-    return compute_egpo_advantage_step(data, config, bound.arguments["norm_adv_by_std_in_grpo"],
-                                       settings if config is node else None)
+    return compute_egpo_advantage_step(data, bound.arguments["config"], bound.arguments["norm_adv_by_std_in_grpo"])
 
 
 COMPUTE_ADVANTAGE = Patch("verl.trainer.ppo.ray_trainer:compute_advantage", compute_advantage)
-_RUN: dict = {}  # the trainer's algorithm node and its settings, read once when the trainer starts
 
 
-def install(algorithm=None, settings: EgpoSettings | None = None) -> None:
-    """Routes verl's ``compute_advantage`` through :func:`compute_advantage` (guarded, idempotent); the trainer's
-    ``algorithm`` node and the settings it read from it are used for every step that passes that node."""
+def install() -> None:
+    """Routes verl's ``compute_advantage`` through :func:`compute_advantage` (guarded, idempotent)."""
     _check_verl_shape()
     COMPUTE_ADVANTAGE.apply()
-    if settings is not None:
-        _RUN["settings"] = (algorithm, settings)

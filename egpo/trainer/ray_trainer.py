@@ -60,9 +60,9 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         with warnings.catch_warnings():  # verl 0.9.1 deprecates the class egpo builds on purpose (trainer.use_v1=false)
             warnings.filterwarnings("ignore", message=DEPRECATED_TRAINER, category=FutureWarning)
             super().__init__(config, *args, **kwargs)
-        self.egpo = EgpoSettings.from_algorithm(config.algorithm)
+        self.egpo = EgpoSettings.of(config.algorithm)
         register_estimator()
-        advantage_step.install(config.algorithm, self.egpo)
+        advantage_step.install()
         pass_at_k.check_verl_shape(RayPPOTrainer)
         self.solved_score = float(OmegaConf.select(config, pass_at_k.SOLVED_SCORE_KEY,
                                                    default=pass_at_k.DEFAULT_SOLVED_SCORE))
