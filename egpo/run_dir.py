@@ -82,23 +82,56 @@ def resumed_step(config: DictConfig, where: Path) -> int:
 
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
 NO_STEPS_LINE = "[egpo] no step was logged"  # or its only one
-SUMMARY_WAIT_S = 30  # the longest the driver keeps copying the console into log.txt for it
+# the runner's last line on each of its two streams, read and kept off the console by the driver: every line the
+# runner printed before it on that stream has reached the driver (Ray forwards each stream in its order)
+END_MARK = "[egpo-runner-output-ends]"
+STREAMS = ("stdout", "stderr")
+SUMMARY_WAIT_S = 30  # the longest the driver waits for the runner's last lines before its closing summary
+
+
+class _RunnerEnd:
+    """What the driver has read of the runner's end: which streams ended, and the seconds its run took."""
+
+    def __init__(self):
+        self.ended: set[str] = set()
+        self.seconds: float | None = None
+        self.all_ended = threading.Event()
+
+    def read(self, line: str) -> None:
+        words = line[line.index(END_MARK) + len(END_MARK):].split()
+        if words and words[0] in STREAMS:
+            self.ended.add(words[0])
+            if len(words) > 1:
+                self.seconds = float(words[1])
+        if self.ended == set(STREAMS):
+            self.all_ended.set()
 
 
 class _Tee:
-    """A console stream that also appends to the run's log, and notes when the closing summary came through."""
+    """A console stream that also appends to the run's log, and reads the runner's end marks off it."""
 
-    def __init__(self, stream, log, summary_seen):
-        self.stream, self.log, self.summary_seen = stream, log, summary_seen
-        self._summary_line = False  # the summary's last line began; it is through at its newline
+    def __init__(self, stream, log, end: _RunnerEnd):
+        self.stream, self.log, self.end = stream, log, end
+        self._drop_newline = False  # print() writes a line's text and its newline in two calls
 
     def write(self, text):
-        self._to_log(text)
-        if REPORT_LINE in text or NO_STEPS_LINE in text:
-            self._summary_line = True
-        if self._summary_line and "\n" in text:  # print() writes a line's text and its newline in two calls
-            self.summary_seen.set()
-        return self.stream.write(text)
+        written = len(text)
+        if self._drop_newline:
+            self._drop_newline = False
+            text = text[1:] if text.startswith("\n") else text
+        if END_MARK in text:
+            kept = []
+            for line in text.splitlines(keepends=True):
+                if END_MARK in line:
+                    self.end.read(line)
+                    self._drop_newline = not line.endswith("\n")
+                else:
+                    kept.append(line)
+            text = "".join(kept)
+        if text:
+            self._to_log(text)
+            self.stream.write(text)
+        return written
 
     def _to_log(self, text):
         """A write that began before the attempt closed its log (Ray's log thread forwards the workers' lines at
@@ -121,14 +154,16 @@ class _Tee:
 
 class RunOutputs:
     """Around one attempt of a main job, in the driver: the run directory prepared and announced, the console copied
-    to its log, the attempt's metrics joined at the end (``with RunOutputs(config): run``); the closing summary is
-    the runner's (:func:`print_summary`)."""
+    to its log, the attempt's metrics joined at the end and the closing summary printed last, once the runner's
+    own last lines have come through (``with RunOutputs(config): run``; the runner marks its end:
+    :func:`end_runner_output`)."""
 
     def __init__(self, config: DictConfig):
         self.config = config
         self.where = run_directory(config)
         self._log = self._streams = None
-        self._summary_seen = threading.Event()
+        self._end = _RunnerEnd()
+        self._started = time.monotonic()
 
     def __enter__(self):
         if self.where is None:
@@ -146,8 +181,8 @@ class RunOutputs:
         self._log = (self.where / LOG).open("a", buffering=1)
         self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
         self._streams = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = (_Tee(sys.stdout, self._log, self._summary_seen),
-                                  _Tee(sys.stderr, self._log, self._summary_seen))
+        sys.stdout, sys.stderr = _Tee(sys.stdout, self._log, self._end), _Tee(sys.stderr, self._log, self._end)
+        self._started = time.monotonic()
         start = f"resumes from step {resume}" if resume else "starts at step 0"
         print(f"[egpo] run directory: {self.where} ({start}; {CONFIG}, {METRICS_FILE}, {LOG}, "
               "checkpoints)", flush=True)
@@ -156,25 +191,28 @@ class RunOutputs:
     def __exit__(self, kind, error, trace):
         if self.where is None:
             return False
-        from egpo.run_state import join_attempt_metrics
+        from egpo.run_state import join_attempt_metrics, logged_steps
 
         join_attempt_metrics(self.where)
-        if kind is None:  # Ray forwards the runner's last lines, the summary among them, after its run returned
-            self._summary_seen.wait(timeout=SUMMARY_WAIT_S)
+        if kind is None:  # Ray forwards the runner's last lines after its run returned
+            self._end.all_ended.wait(timeout=SUMMARY_WAIT_S)
+            seconds = self._end.seconds if self._end.seconds is not None else time.monotonic() - self._started
+            for line in summary_lines(self.where, logged_steps(self.where), self.config, seconds):
+                print(line, flush=True)
         sys.stdout, sys.stderr = self._streams
         self._log.close()
         return False
 
 
-def print_summary(config: DictConfig, seconds: float) -> None:
-    """At the end of verl's ``run``, in its task-runner process (egpo's runner): there the summary follows verl's own
-    last lines, which Ray forwards to the console from the same process, so it is what the console ends with."""
-    from egpo.run_state import logged_steps
-
-    where = run_directory(config)
-    if where is not None:
-        for line in summary_lines(where, logged_steps(where), config, seconds):
-            print(line, flush=True)
+def end_runner_output(config: DictConfig, seconds: float) -> None:
+    """At the end of verl's ``run``, in its task-runner process (egpo's runner): a last line on each of its streams,
+    which the driver keeps off the console (:class:`RunOutputs`); the driver's closing summary follows it, and so
+    follows verl's own last lines (its progress bar's end among them)."""
+    if run_directory(config) is None:
+        return
+    sys.stderr.flush()
+    print(f"{END_MARK} stderr", file=sys.stderr, flush=True)
+    print(f"{END_MARK} stdout {seconds:.3f}", flush=True)
 
 
 def _last(steps: list[dict], key: str) -> tuple[int, float] | None:

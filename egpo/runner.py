@@ -29,9 +29,9 @@ class EgpoTaskRunner(ENTRY.base):
         return EgpoRayPPOTrainer
 
     def finished(self, config, seconds: float) -> None:
-        from egpo.run_dir import print_summary
+        from egpo.run_dir import end_runner_output
 
-        print_summary(config, seconds)
+        end_runner_output(config, seconds)  # the driver's closing summary follows it
 
     def run(self, config):
         import time

@@ -6,6 +6,7 @@ names the fix.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from egpo.advantage.config import EgpoAlgorithmConfig
@@ -17,6 +18,13 @@ from egpo.keys import ENTROPY_KEY_BY_SOURCE
 ENTROPY_ROLLOUTS = tuple(ENGINES)  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 BYPASS = "algorithm.rollout_correction.bypass_mode"
+
+
+def rollout_name(config) -> str | None:
+    """``actor_rollout_ref.rollout.name`` of a config (None while unset or ``???``: verl itself asks for it later)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, ROLLOUT_NAME, default=None, throw_on_missing=False)
 
 
 def fix_text(fixes: tuple[tuple[str, ...], ...]) -> str:
@@ -44,7 +52,8 @@ def estimator_name(adv_estimator) -> str:
     return getattr(adv_estimator, "value", adv_estimator)
 
 
-_READ: dict[int, tuple[object, "EgpoSettings"]] = {}  # EgpoSettings.of: a node's id -> (the node, its settings)
+# EgpoSettings.of: a live node's id -> (a weak reference to it, its settings); an entry goes with its node
+_READ: dict[int, tuple[weakref.ref, "EgpoSettings"]] = {}
 
 
 @dataclass(frozen=True)
@@ -90,10 +99,16 @@ class EgpoSettings:
     def of(cls, algorithm) -> "EgpoSettings":
         """The settings of a run's ``algorithm`` node, read once in this process: the trainer, its advantage step
         and the choice of rollout replicas share one reading (a run's node does not change once the run started)."""
-        held = _READ.get(id(algorithm))
-        if held is None or held[0] is not algorithm:
-            held = _READ[id(algorithm)] = (algorithm, cls.from_algorithm(algorithm))
-        return held[1]
+        key = id(algorithm)
+        held = _READ.get(key)
+        if held is not None and held[0]() is algorithm:
+            return held[1]
+        settings = cls.from_algorithm(algorithm)
+        try:
+            _READ[key] = (weakref.ref(algorithm, lambda _, key=key: _READ.pop(key, None)), settings)
+        except TypeError:  # a node that takes no weak reference is read each time
+            pass
+        return settings
 
     @classmethod
     def from_algorithm(cls, algorithm, rollout_name: str | None = None) -> "EgpoSettings":

@@ -84,28 +84,15 @@ def test_two_egpo_steps(base_run):
     assert passes == sorted(passes) and 0 <= passes[0] and passes[-1] <= 1
 
 
-def test_resume_from_the_step_one_checkpoint_trains_step_two_to_the_same_weights(tmp_path, demo, base_run):
-    """verl's own resume (a checkpoint given by path, the run directory fresh): step 1 is not run again, step 2 is,
-    and it ends at the weights of the run that never stopped (the same seed, the same requests)."""
-    workdir, _ = base_run
-    resumed = run_smoke(tmp_path, demo, *BASE, "trainer.resume_mode=resume_path",
-                        f"trainer.resume_from_path={workdir / 'checkpoints' / 'global_step_1'}")
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-6000:]
-    assert "[egpo] run directory:" in resumed.stdout and "(resumes from step 1;" in resumed.stdout, resumed.stdout[-3000:]
-    steps = step_metrics(resumed.stdout)
-    assert sorted(steps) == [2]  # step 1 was not run again
-    assert all_finite(egpo_metrics(steps[2])) and egpo_metrics(steps[2])
-    ours, theirs = final_weights(tmp_path), final_weights(workdir)
-    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
-
-
 PROBE = ("egpo.probe.enable=true", "egpo.probe.attribution=true")
+# on verl 0.7.1 the resumed run also selects the 80/20 rule's tokens at quantile 1 around its FSDP actor (the
+# selection's wiring is tested on both stacks: tests/test_trainer_policy.py)
+SELECTION = (("algorithm.egpo_token_selection=top_entropy", "algorithm.egpo_top_entropy_quantile=1.0")
+             if VERL == "0.7.1" else ())
 
 
-def assert_probed(proc):
+def assert_probed(steps: dict):
     """Finite probe/ metrics every step, measuring the entropy verl logs for the same batch."""
-    steps = step_metrics(proc.stdout)
-    assert sorted(steps) == [1, 2]
     for metrics in steps.values():
         probe = {k: v for k, v in metrics.items() if k.startswith("probe/")}
         assert {"probe/delta_h_pred", "probe/delta_h_pred_fresh", "probe/delta_h_pred_momentum",
@@ -115,16 +102,31 @@ def assert_probed(proc):
         assert probe["probe/entropy_before"] == pytest.approx(metrics["actor/entropy"], abs=1e-4)
 
 
-@pytest.mark.skipif(VERL == "0.7.1", reason="on verl 0.7.1 the probe runs beside the 80/20 rule at quantile 1 (below)")
-def test_entropy_probe_in_the_main_job(tmp_path, demo, base_run):
-    """Probe on (attribution included, dynamic batch sizes): finite probe/ metrics every step, and the same weights
-    after 2 steps as with the probe off."""
-    workdir, _ = base_run
-    proc = run_smoke(tmp_path, demo, *BASE, *PROBE)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    baseline, probed = final_weights(workdir), final_weights(tmp_path)
-    assert all(torch.equal(baseline[k], probed[k]) for k in baseline)
-    assert_probed(proc)
+def test_a_resume_with_the_probe_on_trains_step_two_to_the_same_weights(tmp_path, demo, base_run):
+    """verl's own resume (a checkpoint given by path, the run directory fresh) with the entropy probe on (attribution
+    included, dynamic batch sizes), and on verl 0.7.1 the 80/20 rule at quantile 1: step 1 is not run again, step 2
+    is, and it ends at the weights of the run that never stopped and had neither (the same seed, the same requests),
+    bit for bit: a resume that changed the state, a probe that touched the update or a selection that dropped a token
+    would each break it. The probe's and the selection's metrics are logged, and the last step's validation
+    (4 samples per problem) logs the pass@1..4 of the run without them."""
+    workdir, plain = base_run
+    resumed = run_smoke(tmp_path, demo, *BASE, *PROBE, *SELECTION, "trainer.resume_mode=resume_path",
+                        f"trainer.resume_from_path={workdir / 'checkpoints' / 'global_step_1'}")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-6000:]
+    assert "[egpo] run directory:" in resumed.stdout and "(resumes from step 1;" in resumed.stdout, resumed.stdout[-3000:]
+    steps = step_metrics(resumed.stdout)
+    assert sorted(steps) == [2]  # step 1 was not run again
+    assert all_finite(egpo_metrics(steps[2])) and egpo_metrics(steps[2])
+    ours, theirs = final_weights(tmp_path), final_weights(workdir)
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    assert_probed(steps)
+    before = step_metrics(plain.stdout)[2]
+    if SELECTION:
+        assert steps[2]["egpo/token_selection/kept_frac"] == 1.0
+        assert "egpo/token_selection/kept_frac" not in before
+    passes = [steps[2][f"val-egpo/pass@{k}"] for k in (1, 2, 4)]
+    assert passes == sorted(passes) and 0 <= passes[0] and passes[-1] <= 1
+    assert passes == [before[f"val-egpo/pass@{k}"] for k in (1, 2, 4)]  # the same weights, the same samples
 
 
 @pytest.mark.skipif(VERL == "0.7.1", reason="bypass mode and the response span are verl's rollout correction and "
@@ -174,27 +176,3 @@ def test_the_8020_rule_trains_on_verl_071s_engine_workers(tmp_path, demo):
         assert metrics["egpo/token_selection/kept_frac"] == pytest.approx(0.2, abs=0.02)
         assert metrics["egpo/token_selection/kept_tokens"] > 0
         assert "actor/loss" in metrics  # the engine workers' update metric (the legacy actor logs actor/pg_loss alone)
-
-
-@pytest.mark.skipif(VERL != "0.7.1", reason="the selection's wiring is tested on both stacks (tests/test_trainer_policy.py); "
-                                            "the real update through fit runs on verl 0.7.1's stack")
-def test_top_entropy_selection_at_quantile_one_and_the_probe_train_bit_identically(tmp_path, demo, base_run):
-    """The 80/20 rule at quantile 1 through fit, with the entropy probe on (attribution included) around verl 0.7.1's
-    FSDP actor: verl's update gets the full mask and the probe changes nothing, so the weights after 2 steps are
-    those of the run with neither, bit for bit (either one changing the update would break it); the selection's and
-    the probe's metrics are logged; the last step's validation (4 samples per problem) logs the pass@1..4 of the run
-    without them."""
-    workdir, plain = base_run
-    proc = run_smoke(tmp_path, demo, *BASE, "algorithm.egpo_token_selection=top_entropy",
-                     "algorithm.egpo_top_entropy_quantile=1.0", *PROBE)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert_probed(proc)
-    runs = {"all": step_metrics(plain.stdout), "top": step_metrics(proc.stdout)}
-    baseline, chosen = final_weights(workdir), final_weights(tmp_path)
-    assert all(torch.equal(baseline[k], chosen[k]) for k in baseline)
-    for step in (1, 2):
-        assert runs["top"][step]["egpo/token_selection/kept_frac"] == 1.0
-        assert "egpo/token_selection/kept_frac" not in runs["all"][step]
-    passes = [runs["top"][2][f"val-egpo/pass@{k}"] for k in (1, 2, 4)]
-    assert passes == sorted(passes) and 0 <= passes[0] and passes[-1] <= 1
-    assert passes == [runs["all"][2][f"val-egpo/pass@{k}"] for k in (1, 2, 4)]  # the same weights, the same samples

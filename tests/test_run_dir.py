@@ -4,6 +4,7 @@ and metrics continued across resumed attempts, each step once."""
 import json
 import os
 import pprint
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -50,7 +51,8 @@ def test_an_attempt_writes_config_log_and_metrics_and_ends_with_where_they_are(t
                                             (2, {"critic/score/mean": 0.5, "egpo/cot_entropy_mean": 0.4,
                                                  "val-egpo/pass@1": 0.1, "val-egpo/pass@8": 0.3,
                                                  "val-egpo/pass@2": 0.2})])
-        run_dir.print_summary(cfg, 12.0)  # what egpo's runner prints when verl's run returns
+        print("verl's last line: its progress bar", file=sys.stderr)
+        run_dir.end_runner_output(cfg, 12.0)  # what egpo's runner prints when verl's run returns
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"[egpo] run directory: {where} (starts at step 0; config.yaml, metrics.jsonl, log.txt, checkpoints)"
     assert out[-3].startswith("[egpo] done: 2 step(s) logged, the last step 2, in 12 s")
@@ -78,14 +80,14 @@ def test_a_resumed_attempt_keeps_the_steps_up_to_its_checkpoint_and_logs_the_res
     with run_dir.RunOutputs(cfg):
         assert [s["step"] for s in read_steps(where / METRICS_FILE)] == [1, 2, 3]
         log_steps(where / ATTEMPT_METRICS, [(4, {"a": 4.0}), (5, {"a": 5.0})])
-        run_dir.print_summary(cfg, 1.0)
+        run_dir.end_runner_output(cfg, 1.0)
     assert "(resumes from step 3;" in capsys.readouterr().out
     assert [(s["step"], s["data"]["a"]) for s in read_steps(where / METRICS_FILE)] == [(i, float(i)) for i in range(1, 6)]
     fresh = config(where, resume_mode="disable")
     run_dir.complete_run_outputs(fresh)
     with run_dir.RunOutputs(fresh):
         assert read_steps(where / METRICS_FILE) == []  # a fresh start in the same directory keeps nothing
-        run_dir.print_summary(fresh, 1.0)
+        run_dir.end_runner_output(fresh, 1.0)
     assert (where / "log.txt").read_text().count("\n=== ") == 2
 
 
@@ -154,27 +156,32 @@ def test_a_steps_console_line_is_short_and_names_what_the_bonus_did():
     assert len(line) < 120
 
 
-def test_the_summary_is_through_at_its_newline_and_a_late_write_never_raises(tmp_path):
-    """print() writes the report line and its newline in two calls: the summary counts as through (and the log may
-    close) only at the newline. A write Ray's log thread began before the log closed reaches the console and raises
-    nothing (a finished run must not end with a traceback)."""
+def test_the_runners_end_marks_are_read_off_the_console_however_ray_writes_them(tmp_path):
+    """The runner's last line on each stream reaches the driver as Ray prints it (a prefix, the line's text and its
+    newline in two calls, or several lines in one write): each is read and kept off the console and the log, every
+    other line passes. A write Ray's log thread began after the log closed reaches the console and raises nothing (a
+    finished run must not end with a traceback)."""
     import io
-    import threading
 
     from egpo import run_dir
 
-    console, seen = io.StringIO(), threading.Event()
+    console, end = io.StringIO(), run_dir._RunnerEnd()
     log = (tmp_path / "log.txt").open("a")
-    tee = run_dir._Tee(console, log, seen)
-    tee.write(f"{run_dir.REPORT_LINE} /runs/x")
-    assert not seen.is_set()
+    tee = run_dir._Tee(console, log, end)
+    prefix = "\x1b[36m(EgpoTaskRunner pid=7)\x1b[0m "
+    tee.write(f"{prefix}Training Progress: 100%")
     tee.write("\n")
-    assert seen.is_set()
+    tee.write(f"{prefix}{run_dir.END_MARK} stderr")
+    assert end.ended == {"stderr"} and not end.all_ended.is_set()
+    tee.write("\n")
+    tee.write(f"{prefix}step:2 - a:1\n{prefix}{run_dir.END_MARK} stdout 45.250\n")
+    assert end.all_ended.is_set() and end.seconds == 45.25
     log.close()
     tee.write("(raylet) a late line\n")
     tee.flush()
-    assert console.getvalue().endswith("(raylet) a late line\n")
-    assert (tmp_path / "log.txt").read_text() == f"{run_dir.REPORT_LINE} /runs/x\n"
+    shown = f"{prefix}Training Progress: 100%\n{prefix}step:2 - a:1\n"
+    assert console.getvalue() == shown + "(raylet) a late line\n"
+    assert (tmp_path / "log.txt").read_text() == shown
 
 
 def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo, capsys):

@@ -85,6 +85,23 @@ def test_bypass_mode_with_rollout_entropy_is_allowed():
     assert s.enabled and s.bypass_mode and s.entropy_key == "rollout_entropy"
 
 
+def test_a_nodes_settings_are_read_once_and_forgotten_with_the_node():
+    import gc
+
+    from egpo.settings import _READ
+
+    cfg = composed("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
+    first = EgpoSettings.of(cfg.algorithm)
+    assert EgpoSettings.of(cfg.algorithm) is first and first.entropy_key == "rollout_entropy"
+    other = composed("algorithm.adv_estimator=egpo", "algorithm.entropy_source=actor")
+    assert EgpoSettings.of(other.algorithm).algo.entropy_source == "actor"  # another node, its own reading
+    held = {id(cfg.algorithm), id(other.algorithm)}
+    assert held <= set(_READ)
+    del cfg, other
+    gc.collect()
+    assert not held & set(_READ)
+
+
 def test_other_estimators_are_not_egpo():
     assert not EgpoSettings.from_algorithm(composed("algorithm.adv_estimator=grpo").algorithm).enabled
 

@@ -63,15 +63,9 @@ def generation_config(args):
 def data_findings(config) -> list:
     """The main job's data-file check, before Ray and before ``--out`` holds anything: verl's trainer reads
     ``data.train_files`` (and, for a run that samples the validation prompts, ``data.val_files``) at start-up."""
-    from egpo.preflight.data import file_findings, inspect_split
+    from egpo.preflight.data import file_findings, run_splits
 
-    found = []
-    for key in ("data.train_files", "data.val_files"):
-        split = inspect_split(config, key)
-        if key == "data.val_files" and not split.paths:
-            continue
-        found += file_findings(split)
-    return found
+    return [finding for split in run_splits(config) for finding in file_findings(split)]
 
 
 def recipe_options(args) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from egpo.preflight.batch import batch_findings
 from egpo.preflight.budget import budget_findings, planned_steps
-from egpo.preflight.data import file_findings, inspect_split, prompt_length_findings
+from egpo.preflight.data import file_findings, prompt_length_findings, run_splits
 from egpo.preflight.engines import engine_findings
 from egpo.preflight.findings import Finding
 from egpo.preflight.loggers import logger_findings
@@ -29,19 +29,15 @@ def preflight_findings(config, settings, tokenizer=None) -> list[Finding]:
     from egpo.preflight.findings import warning
 
     findings: list[Finding] = []
-    rows = {}
-    for key in ("data.train_files", "data.val_files"):
-        split = inspect_split(config, key)
-        if key == "data.val_files" and not split.paths:
-            rows[key] = None
-            continue
+    rows = {"data.val_files": None}
+    for split in run_splits(config):
         findings += file_findings(split)
-        rows[key] = split.rows
+        rows[split.key] = split.rows
         if tokenizer is not None:
             lengths, kept = prompt_length_findings(config, split, tokenizer)
             findings += lengths
             if kept is not None:
-                rows[key] = kept
+                rows[split.key] = kept
     findings += budget_findings(config, rows["data.train_files"], rows["data.val_files"])
     if settings is not None:
         findings += scale_findings(config, planned_steps(config, rows["data.train_files"])[0], settings)

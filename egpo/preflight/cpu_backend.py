@@ -13,10 +13,7 @@ from egpo.compat.workers import worker_family, workers
 from egpo.engines import ENGINES, engine, load
 from egpo.preflight.findings import Finding, error, warning
 from egpo.preflight.ray_cluster import joined_ray_cluster
-
-
-def _rollout_name(config: DictConfig) -> str | None:
-    return OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
+from egpo.settings import rollout_name
 
 
 SGLANG_CPU_ENGINE = {"device": "cpu", "attention_backend": "torch_native", "enable_memory_saver": False}
@@ -138,7 +135,7 @@ def vllm_cpu_problems(config: DictConfig) -> list[str]:
 def check_cpu_backend(config: DictConfig) -> list[Finding]:
     """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
     device = config.trainer.get("device", "cuda")
-    name = _rollout_name(config)
+    name = rollout_name(config)
     described = engine(name)
     if device != "cpu":
         if described is not None and described.cpu_only:

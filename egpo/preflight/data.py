@@ -48,6 +48,12 @@ def inspect_split(config, key: str) -> SplitData:
     return split
 
 
+def run_splits(config) -> list[SplitData]:
+    """The splits a run reads at start-up: ``data.train_files`` always, ``data.val_files`` where it is set."""
+    train, val = inspect_split(config, "data.train_files"), inspect_split(config, "data.val_files")
+    return [train, val] if val.paths else [train]
+
+
 def file_findings(split: SplitData) -> list[Finding]:
     if not split.paths:
         return [error("data", f"{split.key} is not set; {DATA_FIX}")]

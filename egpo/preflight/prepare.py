@@ -85,11 +85,10 @@ class Prepared:
 
 def read_settings(config: DictConfig):
     """-> (the run's ``algorithm`` settings, or None where they are refused; the findings)."""
-    from egpo.settings import EgpoSettings
+    from egpo.settings import EgpoSettings, rollout_name
 
-    rollout_name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
     try:
-        return EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name), []
+        return EgpoSettings.from_algorithm(config.algorithm, rollout_name=rollout_name(config)), []
     except EgpoError as err:
         return None, [refused("algorithm", err)]
 

@@ -8,14 +8,9 @@ from omegaconf import DictConfig, OmegaConf
 from egpo.engines import Engine, engine, load
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error
-from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoSettings, fix_text
+from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoSettings, fix_text, rollout_name
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
-
-
-def _rollout_name(config: DictConfig) -> str | None:
-    """``actor_rollout_ref.rollout.name`` (None while still ``???``: verl itself asks for it later)."""
-    return OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
 
 
 def _load(path: str):
@@ -38,7 +33,7 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
 
     if OmegaConf.select(config, MANAGER_KEY, default=None):
         return
-    described = engine(_rollout_name(config))
+    described = engine(rollout_name(config))
     if settings.enabled or (described is not None and described.cpu_only):
         with open_dict(config):
             OmegaConf.update(config, MANAGER_KEY, MANAGER_PATH, force_add=True)
@@ -50,7 +45,7 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> li
     from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
 
     rollout = config.actor_rollout_ref.rollout
-    name = _rollout_name(config)
+    name = rollout_name(config)
     wants_rollout_entropy = settings.reads_rollout_entropy
     if wants_rollout_entropy and name is not None and name not in ENTROPY_ROLLOUTS:
         # actor entropy needs the recompute that bypass mode skips: then that fix turns bypass mode off too

@@ -14,6 +14,7 @@ from egpo.compat.versions import verl_stack, verl_version
 from egpo.engines import engine
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error, refused, warning
+from egpo.settings import rollout_name
 
 
 def stack_problems(config: DictConfig, version: str) -> list[str]:
@@ -21,8 +22,7 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
     if verl_stack(version).has_v1_trainer and OmegaConf.select(config, "trainer.use_v1", default=False):
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
-    described = engine(OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None,
-                                        throw_on_missing=False))
+    described = engine(rollout_name(config))
     if described is not None and described.must_match_verl_pin:  # egpo patches the version this verl pins
         import importlib
 
