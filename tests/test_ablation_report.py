@@ -116,8 +116,9 @@ def test_every_arm_composes_to_the_variant_its_name_says():
         name = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", throw_on_missing=False)
         assert (name == "vllm") == arm.endswith("_vllm"), arm
         actor = cfg.actor_rollout_ref.actor
-        method = next((m for m in ("cliphigher", "klcov", "clipcov", "entbonus", "8020") if m in arm), None)
+        method = next((m for m in ("cliphigher", "klcov", "clipcov", "entbonus", "8020", "stare") if m in arm), None)
         assert settings.selects_tokens == (method == "8020"), arm
+        assert settings.algo.egpo_token_reweighting == ("stare" if method == "stare" else "none"), arm
         assert settings.algo.egpo_top_entropy_quantile == 0.2
         assert actor.policy_loss.loss_mode == {"klcov": "kl_cov", "clipcov": "clip_cov"}.get(method, "vanilla"), arm
         assert actor.clip_ratio_high == {"cliphigher": 0.28, "clipcov": 1}.get(method, 0.2), arm

@@ -229,6 +229,7 @@ def test_docs_gpu_shows_what_the_preflight_prints(name, overrides, monkeypatch):
 PEAK = """
 import sys, torch
 torch.set_num_threads(1)
+from egpo.advantage.stare import stare_weights
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.trainer.metrics import entropy_agreement
 
@@ -241,23 +242,32 @@ def status(field):
 B, L = 256, 16384
 entropy = torch.rand(B, L, generator=torch.Generator().manual_seed(0))
 actor, mask = entropy + 0.01, torch.ones(B, L)
+if sys.argv[1] == "stare":  # half the responses right, half wrong; below STARE's target entropy: the gate is on
+    entropy, old_log_probs = entropy * 0.2, -torch.rand(B, L, generator=torch.Generator().manual_seed(1)) * 3
+    advantages = torch.where(torch.arange(B)[:, None] % 2 == 0, 1.0, -1.0).expand(B, L).contiguous()
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # the peak resident size (VmHWM) starts again from the resident size now
 before = status("VmRSS")
 if sys.argv[1] == "agreement":
     entropy_agreement(entropy, actor, mask)
+elif sys.argv[1] == "stare":
+    found = stare_weights(advantages, old_log_probs, entropy, mask, variant="C2", top_ratio=0.1, w=1.1, m=0.9,
+                          target_entropy=0.3)
+    assert found.gate_on
+    reweighted = advantages * found.weights
 else:
     top_entropy_mask(entropy, mask, 0.2)
 print((status("VmHWM") - before) / (B * L))
 """
 
 
-@pytest.mark.parametrize("what, estimate", [("agreement", scale.AGREEMENT_BYTES), ("selection", scale.SELECTION_BYTES)])
+@pytest.mark.parametrize("what, estimate", [("agreement", scale.AGREEMENT_BYTES), ("selection", scale.SELECTION_BYTES),
+                                            ("stare", scale.STARE_BYTES)])
 def test_the_driver_figures_are_the_measured_peaks(what, estimate):
     """Each function's peak resident memory per response token, measured in a process of its own at 4M tokens, every
     one valid (the worst case), as Linux counts it (the peak reset just before the call): at most the preflight's
     figure, and at least half of it (it varies by a few bytes a token from run to run: 33-41 B for the agreement,
-    measured over 16 runs)."""
+    measured over 16 runs; 41-55 B for STARE's weights, over 4)."""
     import subprocess
     import sys
 

@@ -32,6 +32,7 @@ CLIP_COV = (f"{ACTOR}.policy_loss.loss_mode=clip_cov", f"{ACTOR}.policy_loss.cli
 ENTROPY_BONUS = (f"{ACTOR}.entropy_coeff=0.001",)  # verl's former default entropy_coeff
 TOP_ENTROPY = ("algorithm.egpo_token_selection=top_entropy",  # Wang et al. 2506.01939: the top 20% by entropy
                "algorithm.egpo_top_entropy_quantile=0.2")
+STARE = ("algorithm.egpo_token_reweighting=stare",)  # Luo et al. 2606.19236, the authors' defaults (egpo.advantage.stare)
 _METHOD_ARMS = {
     "grpo_cliphigher": (*GRPO, *CLIP_HIGHER),
     "grpo_symclip": (*GRPO, f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.2"),  # PPO's symmetric clip
@@ -40,6 +41,7 @@ _METHOD_ARMS = {
     "grpo_entbonus": (*GRPO, *ENTROPY_BONUS),
     "grpo_8020": (*GRPO, *TOP_ENTROPY),
     "grpo_8020_rollout": (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["rollout"], *TOP_ENTROPY),
+    "grpo_stare": (*GRPO, *STARE),
     "egpo_rollout_cliphigher": (ESTIMATOR, SOURCE["rollout"], *CLIP_HIGHER),
     "egpo_rollout_8020": (ESTIMATOR, SOURCE["rollout"], *TOP_ENTROPY),
 }
@@ -49,7 +51,7 @@ ARM_SETS = {  # names --arms also takes
     "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass"),
     "estimators": ("grpo", "egpo_rollout", "egpo_token_rollout", "egpo_respspan_rollout"),
     "entropy_methods": ("grpo", "grpo_cliphigher", "grpo_klcov", "grpo_clipcov", "grpo_entbonus", "grpo_8020",
-                        "egpo_rollout", "egpo_rollout_cliphigher"),
+                        "grpo_stare", "egpo_rollout", "egpo_rollout_cliphigher"),
     "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"),
     "engines": ("egpo_rollout", "egpo_rollout_vllm"),
 }

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from egpo.advantage.variants import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
+from egpo.advantage.stare import STARE_VARIANTS, TOKEN_REWEIGHTINGS, validate_stare
 from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
 
 ENTROPY_SOURCES = ("actor", "rollout")
@@ -35,6 +36,17 @@ class EgpoAlgorithmConfig:
                                             "the 80/20 rule (Wang et al. 2506.01939)", TOKEN_SELECTIONS)
     egpo_top_entropy_quantile: float = _key(0.2, "the fraction of the batch's valid response tokens top_entropy keeps, "
                                                  "in (0, 1]")
+    egpo_token_reweighting: str = _key("none", "none: the advantages as computed; stare: the highest-surprisal "
+                                               "tokens' advantages reweighted while the batch entropy is below a "
+                                               "target (Luo et al. 2606.19236)", TOKEN_REWEIGHTINGS)
+    stare_variant: str = _key("O1", "O1: the positive set's top tokens times stare_w; C2: also the negative set's "
+                                    "times stare_m", STARE_VARIANTS)
+    stare_top_ratio: float = _key(0.1, "the share of each advantage-sign set's valid tokens, by surprisal, that STARE "
+                                       "reweights, in (0, 1]")
+    stare_w: float = _key(1.1, "STARE's weight on the positive set's top-surprisal tokens (> 0)")
+    stare_m: float = _key(0.9, "STARE's weight on the negative set's top-surprisal tokens, variant C2 (> 0)")
+    stare_target_entropy: float = _key(0.3, "STARE reweights only while the batch's mean token entropy is below "
+                                            "this")
     cot_start_token_id: int | None = _key(None, "id of <think>; null: looked up from the tokenizer")
     cot_end_token_id: int | None = _key(None, "id of </think>; null: looked up from the tokenizer")
 
@@ -52,6 +64,8 @@ class EgpoAlgorithmConfig:
         validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha, ALGORITHM_DEFAULTS)
         validate_egpo_variant(self.egpo_granularity, self.egpo_span, ALGORITHM_DEFAULTS)
         validate_token_selection(self.egpo_token_selection, self.egpo_top_entropy_quantile)
+        validate_stare(self.egpo_token_reweighting, self.stare_variant, self.stare_top_ratio, self.stare_w,
+                       self.stare_m, self.stare_target_entropy)
         for key in ("cot_start_token_id", "cot_end_token_id"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):

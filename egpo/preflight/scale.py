@@ -51,6 +51,7 @@ FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
 ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
 AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, the valid tokens' indices
 SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
+STARE_BYTES = 64  # egpo.advantage.stare.stare_weights and the reweighted advantages: flags, surprisals, the weights
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,8 @@ def driver_findings(config, settings) -> list[Finding]:
             parts.append(("rollout-vs-actor agreement", cells * AGREEMENT_BYTES))
     if settings.selects_tokens:
         parts.append(("80/20 selection", cells * SELECTION_BYTES))
+    if settings.algo.egpo_token_reweighting == "stare":
+        parts.append(("STARE's weights", cells * STARE_BYTES))
     if not parts:
         return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
     total = sum(size for _, size in parts)

@@ -18,6 +18,7 @@ from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 from egpo.advantage.cot import prompt_ends_inside_think
 from egpo.advantage.egpo import egpo_advantage
 from egpo.advantage.variants import ESTIMATOR_NAME
+from egpo.advantage.stare import stare_weights
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.compat.verl_shapes import VerlShapeError
@@ -91,6 +92,16 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         starts_inside=starts_inside,
     )
+    reweighted = None
+    if algo.egpo_token_reweighting == "stare":  # STARE: the top-surprisal tokens' advantages, while entropy is low
+        if "old_log_probs" not in batch.keys():
+            raise MissingEntropyError("algorithm.egpo_token_reweighting=stare reads each token's surprisal from "
+                                      "batch['old_log_probs'], which this batch lacks; run through `python -m "
+                                      "egpo.main` (verl's recompute, or bypass mode's rollout log probs, fills it)")
+        reweighted = stare_weights(advantages, batch["old_log_probs"], entropy, batch["response_mask"],
+                                   variant=algo.stare_variant, top_ratio=algo.stare_top_ratio, w=algo.stare_w,
+                                   m=algo.stare_m, target_entropy=algo.stare_target_entropy)
+        advantages = returns = advantages * reweighted.weights
     batch["advantages"] = advantages
     batch["returns"] = returns
     selection = None
@@ -103,6 +114,8 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
     metrics = diagnostics.as_metrics()  # an undefined figure (no span, no markers) is left out
     if selection is not None:
         metrics.update(selection.metrics())
+    if reweighted is not None:
+        metrics.update(reweighted.metrics())
     metrics["egpo/starts_inside_frac"] = float(starts_inside.float().mean()) if starts_inside is not None else 0.0
     metrics.update(variant_metrics(settings))
     add_step_metrics(data, metrics)
