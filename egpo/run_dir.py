@@ -163,7 +163,7 @@ class RunOutputs:
         self.where = run_directory(config)
         self._log = self._streams = None
         self._end = _RunnerEnd()
-        self._started = time.monotonic()
+        self._started: float | None = None  # when the attempt's console began to be copied
 
     def __enter__(self):
         if self.where is None:

@@ -118,10 +118,11 @@ def stare_weights(advantages: torch.Tensor, old_log_probs: torch.Tensor, entropy
     with torch.no_grad():
         valid = response_mask.bool()
         surprisal = -old_log_probs.detach()
-        finite = valid & torch.isfinite(surprisal)
-        positive, negative = finite & (advantages > 0), finite & (advantages < 0)
-        selected_positive = _top_share(surprisal, positive, top_ratio)
-        selected_negative = _top_share(surprisal, negative, top_ratio) if variant == "C2" else torch.zeros_like(valid)
+        finite = torch.isfinite(surprisal)
+        in_positive, in_negative = valid & (advantages > 0), valid & (advantages < 0)  # T+ and T-
+        selected_positive = _top_share(surprisal, in_positive & finite, top_ratio)
+        selected_negative = (_top_share(surprisal, in_negative & finite, top_ratio) if variant == "C2"
+                             else torch.zeros_like(valid))
         counted = valid & torch.isfinite(entropy)
         n_counted = int(counted.sum())
         batch_entropy = (float(torch.where(counted, entropy.detach(), 0).sum(dtype=torch.float64)) / n_counted
@@ -134,6 +135,6 @@ def stare_weights(advantages: torch.Tensor, old_log_probs: torch.Tensor, entropy
         mean_weight = float(weights[valid].double().mean()) if n_valid else 1.0
     return StareWeights(
         weights=weights, gate_on=gate_on, batch_entropy=batch_entropy, n_valid=n_valid, mean_weight=mean_weight,
-        n_positive=int((valid & (advantages > 0)).sum()), n_negative=int((valid & (advantages < 0)).sum()),
+        n_positive=int(in_positive.sum()), n_negative=int(in_negative.sum()),
         n_selected_positive=int(selected_positive.sum()), n_selected_negative=int(selected_negative.sum()),
-        n_nonfinite=int((valid & ~torch.isfinite(surprisal)).sum()))
+        n_nonfinite=n_valid - int((valid & finite).sum()))

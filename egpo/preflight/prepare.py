@@ -29,9 +29,10 @@ def build_demo_if_missing(config: DictConfig, echo=print) -> list[Finding]:
     demo = config.get("egpo_demo", None)
     if demo and demo.get("build_if_missing", False):
         from egpo.demo.build import VLLM_DEMO, build
+        from egpo.settings import rollout_name
 
         head_dim = None
-        if OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None) == "vllm":
+        if rollout_name(config) == "vllm":
             from egpo.demo.build import VLLM_HEAD_DIM
 
             head_dim = VLLM_HEAD_DIM

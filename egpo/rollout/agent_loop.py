@@ -17,7 +17,6 @@ then do not depend on timing. egpo.main selects this manager through
 
 from __future__ import annotations
 
-
 import itertools
 import os
 
