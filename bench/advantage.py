@@ -4,7 +4,9 @@
 
 Every estimator sees identical tensors; rounds interleave them so machine noise hits all alike. Prints the
 median time of each, each variant's ratio to GRPO with its spread over rounds, and the CoT mask alone. The
-variants: egpo_granularity response (EGPO) or token (Cheng et al.), egpo_span cot or response.
+variants: egpo_granularity response (EGPO) or token (Cheng et al.), egpo_span cot or response; and STARE's step
+after the estimator (egpo_token_reweighting=stare, variant C2, its gate held on): the weights and the reweighted
+advantages, timed alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.advantage import compute_cot_mask, compute_egpo_advantage
 from egpo.advantage.config import ALGORITHM_DEFAULTS
+from egpo.advantage.stare import stare_weights
 
 START, END = 151667, 151668
 
@@ -54,6 +57,8 @@ def main() -> None:
     args = parser.parse_args()
 
     rewards, mask, index, entropy, responses = make_batch(args.bs, args.length, args.group)
+    grpo_advantages = compute_grpo_outcome_advantage(rewards, mask, index)[0]
+    old_log_probs = -torch.rand(args.bs, args.length, generator=torch.Generator().manual_seed(1)) * 5
 
     def egpo(granularity, span):
         return lambda: compute_egpo_advantage(rewards, mask, index, entropy, responses,  # noqa: E731
@@ -69,6 +74,9 @@ def main() -> None:
         "response, response span": egpo("response", "response"),
         "token, response span": egpo("token", "response"),
         "CoT mask alone": lambda: compute_cot_mask(responses, mask, START, END),
+        "STARE step (C2, gate on)": lambda: grpo_advantages * stare_weights(
+            grpo_advantages, old_log_probs, entropy, mask, variant="C2", top_ratio=0.1, w=1.1, m=0.9,
+            target_entropy=10.0).weights,
     }
     for fn in estimators.values():  # warm the allocator
         fn()
