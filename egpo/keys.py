@@ -11,8 +11,14 @@ STEP_METRICS = "egpo_step_metrics"
 # (bs, response_length), set with the advantage and swapped in for response_mask during the actor update only.
 UPDATE_MASK = "egpo_update_mask"
 
-ENTROPY_KEY_BY_SOURCE = {"actor": ACTOR_ENTROPY, "rollout": ROLLOUT_ENTROPY}
-# Dropped before the actor update: nothing downstream of the advantage reads them.
+# verl's own key: the rollout engine's log probability of each sampled token, (bs, response_length), 0 on padding;
+# filled with actor_rollout_ref.rollout.calculate_log_probs=true. Its negation is the sampled token's surprisal.
+ROLLOUT_LOG_PROBS = "rollout_log_probs"
+
+# where each algorithm.entropy_source is read from (surprisal: the negation of verl's rollout log probs)
+ENTROPY_KEY_BY_SOURCE = {"actor": ACTOR_ENTROPY, "rollout": ROLLOUT_ENTROPY, "surprisal": ROLLOUT_LOG_PROBS}
+# Dropped before the actor update: nothing downstream of the advantage reads them (verl's rollout log probs stay:
+# verl's rollout correction reads them).
 TRANSIENT_BATCH_KEYS = (ACTOR_ENTROPY, ROLLOUT_ENTROPY)
 
 # A request's sampling parameter from egpo's agent-loop worker to the hf rollout server: which row of the rollout

@@ -17,6 +17,8 @@ from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
 ENTROPY_ROLLOUTS = tuple(ENGINES)  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
+SOURCE_WORDS = {"actor": "actor", "rollout": "rollout",  # algorithm.entropy_source, in the start-up line
+                "surprisal": "rollout's surprisal (-log p of each sampled token)"}
 BYPASS = "algorithm.rollout_correction.bypass_mode"
 
 
@@ -82,6 +84,13 @@ class EgpoSettings:
         return self.enabled and self.algo.entropy_source == "rollout"
 
     @property
+    def actor_entropy_use(self) -> str:
+        """What the actor's recompute entropy is for in this run, in words."""
+        return {"actor": "the bonus", "rollout": "the rollout-vs-actor agreement, egpo/entropy_rollout_vs_actor/*",
+                "surprisal": "the surprisal-vs-actor agreement, egpo/surprisal_vs_actor_entropy/*",
+                }[self.algo.entropy_source]
+
+    @property
     def variant(self) -> str:
         """Which estimator runs, in words (start-up log)."""
         if not self.enabled:
@@ -92,7 +101,7 @@ class EgpoSettings:
         selection = (f"; policy gradient on the top {algo.egpo_top_entropy_quantile:g} of the batch's tokens by "
                      "entropy (egpo_token_selection=top_entropy)" if self.selects_tokens else "")
         return (f"egpo_granularity={algo.egpo_granularity} egpo_span={algo.egpo_span}: {form}, entropy read over "
-                f"{where}, from the {algo.entropy_source}, egpo_lambda={algo.egpo_lambda} "
+                f"{where}, from the {SOURCE_WORDS[algo.entropy_source]}, egpo_lambda={algo.egpo_lambda} "
                 f"egpo_alpha={algo.egpo_alpha}{selection}")
 
     @classmethod

@@ -64,6 +64,18 @@ class Cluster:
                 continue
         return list(found.values())
 
+    def process_names(self) -> list[str]:
+        """The titles of this cluster's processes (a Ray actor's is ``ray::<its class>.<method>``)."""
+        import psutil
+
+        names = []
+        for proc in self.processes():
+            try:
+                names.append(" ".join(proc.cmdline())[:120])
+            except psutil.NoSuchProcess:
+                continue
+        return names
+
     def kill(self) -> None:
         """The node lost at once, as a machine that dies: every process of it SIGKILLed, none told first."""
         _signal_and_wait(self.processes(), "kill", timeout=15)
@@ -142,6 +154,17 @@ def wait_for_dashboard(cluster: Cluster, timeout: float = 120) -> None:
     code = ("from ray.job_submission import JobSubmissionClient; import sys; "
             "JobSubmissionClient(sys.argv[1]).list_jobs()")
     _poll(cluster, code, lambda out: True, timeout, f"the dashboard at {cluster.dashboard} did not answer")
+
+
+def wait_until_idle(cluster: Cluster, nodes: int, timeout: float = 180) -> None:
+    """Until ``nodes`` nodes are alive and no placement group holds their resources: Ray frees a stopped job's
+    placement groups after the job has ended, so a test that starts right after another one stopped its jobs waits
+    here, not on a GPU that is still held (its runs would then share one node, one after the other)."""
+    code = ("import sys; from ray.util.state import list_nodes, list_placement_groups; "
+            "held = [p.placement_group_id for p in list_placement_groups(address=sys.argv[1]) if p.state != 'REMOVED']; "
+            "alive = sum(n.state == 'ALIVE' for n in list_nodes(address=sys.argv[1])); print(alive, len(held), held)")
+    _poll(cluster, code, lambda out: out.split()[:2] == [str(nodes), "0"], timeout,
+          f"the cluster did not come to {nodes} alive nodes with no placement group held (alive, held, their ids)")
 
 
 def _poll(cluster: Cluster, code: str, ready, timeout: float, failure: str) -> None:

@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from ablation_runs import RUN, STEPS, ablation, training_metrics, wait_for, weights, with_demo_data
+from ablation_runs import ARM, RUN, STEPS, ablation, training_metrics, wait_for, weights, with_demo_data
 from conftest import VERL
 from egpo.run_state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
 
@@ -107,15 +107,20 @@ def test_stopping_the_ablation_stops_the_jobs_it_submitted_and_no_other(tmp_path
 
 
 def test_a_lost_node_fails_and_resumes_only_its_run_then_the_report(tmp_path, demo, cluster, uninterrupted_run):
+    from ray_cluster import wait_until_idle
+
+    wait_until_idle(cluster, nodes=2)  # each node's one GPU free, so that each run holds a node of its own
     root = with_demo_data(tmp_path, demo)
     out = root / "cluster"
     proc, log = start(ablation(root, "cluster", "--ray-address", cluster.dashboard, "--poll", "1", "--retries", "1",
                                "--stall-timeout", "600", seeds=(0, 1)), root, cluster, "ablation")
-    works = [out / f"egpo_rollout__seed{seed}" for seed in (0, 1)]
+    works = [out / f"{ARM}__seed{seed}" for seed in (0, 1)]
     try:
         wait_for(lambda: all(any(s["step"] >= 1 for s in read_steps(w / ATTEMPT_METRICS)) for w in works), proc, 900,
                  "both runs, one on each node, to log a step")
         jobs = {w.name: json.loads((w / JOB).read_text())["submission_id"] for w in works}
+        held = [name for name in cluster.node.process_names() if name.startswith("ray::") and "IDLE" not in name]
+        assert held, f"no run's actor is on the second node before it is lost: {cluster.node.process_names()}"
         cluster.node.kill()  # the second node is lost, mid-step: its raylet, its workers, all at once
         proc.wait(timeout=1800)
     finally:
@@ -146,9 +151,9 @@ def test_a_lost_node_fails_and_resumes_only_its_run_then_the_report(tmp_path, de
     status = subprocess.run([sys.executable, "-m", "egpo.ablation", "--status", str(out)], capture_output=True,
                             text=True, timeout=120, env=cluster.env)
     assert status.returncode == 0, status.stderr
-    assert "| egpo_rollout | done | done |" in status.stdout and "2 done of 2 run(s)" in status.stdout
+    assert f"| {ARM} | done | done |" in status.stdout and "2 done of 2 run(s)" in status.stdout
     report = subprocess.run([sys.executable, "-m", "egpo.report", str(out), "--window", "1"], capture_output=True,
                             text=True, timeout=300)
     assert report.returncode == 0, report.stderr
     text = (out / "report.md").read_text()
-    assert "| egpo_rollout | 3 | 2 |" in text and "Left out" not in text  # both seeds, none left out
+    assert f"| {ARM} | 3 | 2 |" in text and "Left out" not in text  # both seeds, none left out

@@ -58,28 +58,32 @@ def test_report_tables_from_hand_made_runs(tmp_path):
                                             "the report")
 def test_ablation_runner_on_one_machine_then_report(tmp_path, demo):
     """As a new user types it: from a working directory, a relative --out and relative data paths. One arm (the
-    report's tables across arms: the hand-made runs above)."""
+    report's tables across arms: the hand-made runs above), EGPO on the sampled tokens' surprisal: verl 0.7.1's
+    rollout log probs reach the estimator, and the surprisal's agreement with the actor's entropy is logged."""
     import shutil
 
     shutil.copytree(demo / "data", tmp_path / "data")
     out = tmp_path / "ablation"
     cmd = [sys.executable, "-m", "egpo.ablation", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
-           "--arms", "egpo_rollout", "--seeds", "0", "--steps", "2", "--out", "ablation",
+           "--arms", "egpo_surprisal", "--seeds", "0", "--steps", "2", "--out", "ablation",
            "actor_rollout_ref.rollout.n=8", "data.train_files=data/train.parquet", "data.val_files=data/val.parquet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "[ablation] preflight passed for 1 arm(s)" in proc.stdout
-    run = out / "egpo_rollout__seed0"
+    run = out / "egpo_surprisal__seed0"
     # the run read the relative data where the command ran, and kept Hydra's output in its own directory
     assert f"{tmp_path / 'data' / 'train.parquet'}: 64 rows" in (run / "log.txt").read_text()
     assert (run / "hydra" / ".hydra" / "overrides.yaml").exists()
     assert not (tmp_path / "outputs").exists() and not (run / "ablation").exists()
-    assert "[ablation] 1/1 egpo_rollout__seed0: done" in proc.stdout
+    assert "[ablation] 1/1 egpo_surprisal__seed0: done" in proc.stdout
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
     assert (run / "done.json").exists()
     step2 = json.loads(lines[1])["data"]
-    assert step2["egpo/entropy_source_is_rollout"] == 1
+    assert step2["egpo/entropy_source_is_surprisal"] == 1 and step2["egpo/entropy_source_is_rollout"] == 0
+    agreement = {k.rsplit("/", 1)[1]: v for k, v in step2.items() if k.startswith("egpo/surprisal_vs_actor_entropy/")}
+    assert agreement["tokens"] > 0 and -1 <= agreement["pearson"] <= 1
+    assert agreement["mean_abs_diff"] >= abs(agreement["mean_diff"]) and agreement["max_abs_diff"] > 0
 
     # a finished run is skipped
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -89,7 +93,7 @@ def test_ablation_runner_on_one_machine_then_report(tmp_path, demo):
                             text=True, timeout=300)
     assert report.returncode == 0, report.stderr
     text = (out / "report.md").read_text()
-    assert f"| egpo_rollout | 2 | 1 | {step2['egpo/cot_entropy_mean']:.4g} |" in text  # the run's own number
+    assert f"| egpo_surprisal | 2 | 1 | {step2['egpo/cot_entropy_mean']:.4g} |" in text  # the run's own number
     for png in ("egpo_cot_entropy_mean.png", "critic_score_mean.png", "actor_entropy.png"):
         assert (out / png).stat().st_size > 1000
 
@@ -103,15 +107,20 @@ def test_every_arm_composes_to_the_variant_its_name_says():
     from egpo.settings import EgpoSettings
 
     assert expand_arms(["estimators", "grpo", "egpo_actor"]) == [*ARM_SETS["estimators"], "egpo_actor"]
-    for arm, overrides in ARMS.items():
-        with initialize_config_module(config_module="egpo.config", version_base=None):
-            cfg = compose(config_name="egpo_trainer", overrides=list(overrides))
+    # an arm's vLLM twin is the arm and the engine's override (composed once, for one arm: each compose is ~1 s)
+    vllm = [arm for arm in ARMS if arm.endswith("_vllm")]
+    assert vllm and all(ARMS[arm] == (*ARMS[arm.removesuffix("_vllm")], "actor_rollout_ref.rollout.name=vllm")
+                        for arm in vllm)
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        composed = {arm: compose(config_name="egpo_trainer", overrides=list(overrides))
+                    for arm, overrides in ARMS.items() if arm not in vllm[1:]}
+    for arm, cfg in composed.items():
         settings = EgpoSettings.from_algorithm(cfg.algorithm)
         assert settings.enabled
         assert (settings.algo.egpo_lambda == 0) == arm.startswith("grpo"), arm
         assert settings.algo.egpo_granularity == ("token" if "_token" in arm else "response"), arm
         assert settings.algo.egpo_span == ("response" if "respspan" in arm else "cot"), arm
-        assert settings.algo.entropy_source == ("rollout" if "rollout" in arm else "actor"), arm
+        assert settings.algo.entropy_source == next((s for s in ("rollout", "surprisal") if s in arm), "actor"), arm
         assert settings.bypass_mode == arm.removesuffix("_vllm").endswith("bypass")
         name = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", throw_on_missing=False)
         assert (name == "vllm") == arm.endswith("_vllm"), arm

@@ -1,16 +1,19 @@
 """The CPU main job with sglang's real engine as the rollout: verl's sglang replica/server launched through Ray,
 egpo's patches in sglang's processes, the trainer's weights pushed into sglang every step by verl's own adapter.
 
-Each run starts Ray and an sglang engine; about two minutes on 2 cores (measured 2026-11-26).
+Each run starts Ray and an sglang engine; about two minutes on 2 cores (measured 2026-11-26). A resumed run pushes
+its weights to sglang by the same call before its first rollout (verl 0.9.1's ``fit`` loads the checkpoint, then pushes
+the weights, resumed or not: ray_trainer.py:1429-1430), so the first push this run shows stands for it; verl's resume
+itself is tested on the HF server (tests/test_main_cpu.py) and on a cluster (tests/test_ablation_cluster.py).
 """
 
 import pytest
 import torch
 
-from egpo.demo.smoke_run import all_finite, egpo_metrics, run_smoke, step_metrics
+from egpo.demo.smoke_run import run_smoke
 from test_main_cpu import COMMON, assert_trained
 
-from conftest import VERL, require_sglang  # noqa: E402
+from conftest import require_sglang  # noqa: E402
 
 require_sglang()
 
@@ -64,22 +67,3 @@ def test_rollout_entropy_agrees_with_the_actor_and_the_weights_are_pushed(demo, 
     moved = max_prob_change(demo / "model", final_weights(workdir, step=1), demo_prompts(demo))
     measured = steps[2][ROLLOUT_VS_ACTOR_PROBS]
     assert moved > 1e-3 and measured < moved / 1000, (moved, measured)
-
-
-@pytest.mark.skipif(VERL == "0.7.1", reason="verl's resume is egpo's the same beside either sglang (verl 0.7.1's own: "
-                    "tests/test_main_cpu.py): the resume beside sglang runs on verl 0.9.1")
-def test_a_resume_pushes_its_weights_before_sampling_and_trains_on_the_actors_entropy(demo, first_run):
-    """The run resumed from its step-2 checkpoint for a third step, on the actor's entropy beside the same server
-    (the rollout's still reaches the driver, for the agreement)."""
-    workdir, first = first_run
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-6000:]
-    resumed = run_smoke(workdir, demo, *SGLANG, "algorithm.entropy_source=actor", "trainer.save_freq=1",
-                        "actor_rollout_ref.rollout.n=8", "trainer.total_training_steps=3")
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-6000:]
-    assert "Resuming from" in resumed.stdout and "global_step_2" in resumed.stdout
-    later = step_metrics(resumed.stdout)
-    assert sorted(later) == [3]
-    assert later[3]["egpo/entropy_source_is_rollout"] == 0.0 and all_finite(egpo_metrics(later[3]))
-    # the resumed actor's weights reach sglang before it samples again
-    assert later[3]["egpo/entropy_rollout_vs_actor/max_abs_diff"] < 1e-4
-    assert later[3][ROLLOUT_VS_ACTOR_PROBS] < 1e-5

@@ -245,11 +245,16 @@ actor, mask = entropy + 0.01, torch.ones(B, L)
 if sys.argv[1] == "stare":  # half the responses right, half wrong; below STARE's target entropy: the gate is on
     entropy, old_log_probs = entropy * 0.2, -torch.rand(B, L, generator=torch.Generator().manual_seed(1)) * 3
     advantages = torch.where(torch.arange(B)[:, None] % 2 == 0, 1.0, -1.0).expand(B, L).contiguous()
+log_probs = -entropy
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # the peak resident size (VmHWM) starts again from the resident size now
 before = status("VmRSS")
 if sys.argv[1] == "agreement":
     entropy_agreement(entropy, actor, mask)
+elif sys.argv[1] == "surprisal":  # the source itself: the negated rollout log probs
+    surprisal = log_probs.neg()
+elif sys.argv[1] == "surprisal_agreement":
+    entropy_agreement(log_probs.neg(), actor, mask)
 elif sys.argv[1] == "stare":
     found = stare_weights(advantages, old_log_probs, entropy, mask, variant="C2", top_ratio=0.1, w=1.1, m=0.9,
                           target_entropy=0.3)
@@ -261,12 +266,16 @@ print((status("VmHWM") - before) / (B * L))
 """
 
 
+PAGES = 0.01  # bytes a token: a few 4 KiB pages over 4M tokens
+
+
 @pytest.mark.parametrize("what, estimate", [("agreement", scale.AGREEMENT_BYTES), ("selection", scale.SELECTION_BYTES),
-                                            ("stare", scale.STARE_BYTES)])
+                                            ("stare", scale.STARE_BYTES), ("surprisal", scale.SURPRISAL_BYTES),
+                                            ("surprisal_agreement", scale.SURPRISAL_BYTES + scale.AGREEMENT_BYTES)])
 def test_the_driver_figures_are_the_measured_peaks(what, estimate):
     """Each function's peak resident memory per response token, measured in a process of its own at 4M tokens, every
     one valid (the worst case), as Linux counts it (the peak reset just before the call): at most the preflight's
-    figure, and at least half of it (it varies by a few bytes a token from run to run: 33-41 B for the agreement,
+    figure (to a few pages: 4 B is one fp32 tensor, and Linux counts whole pages), and at least half of it (it varies by a few bytes a token from run to run: 33-41 B for the agreement,
     measured over 16 runs; 41-55 B for STARE's weights, over 4)."""
     import subprocess
     import sys
@@ -274,4 +283,4 @@ def test_the_driver_figures_are_the_measured_peaks(what, estimate):
     proc = subprocess.run([sys.executable, "-c", PEAK, what], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = float(proc.stdout.strip().splitlines()[-1])
-    assert 0.5 * estimate <= measured <= estimate, (what, measured, estimate)
+    assert 0.5 * estimate <= measured <= estimate + PAGES, (what, measured, estimate)

@@ -31,7 +31,7 @@ def checks(cfg):
     refuse(check_rollout_entropy_path(cfg, settings))
 
 
-@pytest.mark.parametrize("source", ["actor", "rollout"])
+@pytest.mark.parametrize("source", ["actor", "rollout", "surprisal"])
 def test_cpu_smoke_recipe_passes(source):
     checks(smoke(f"algorithm.entropy_source={source}"))
 
@@ -43,6 +43,17 @@ def test_rollout_entropy_without_egpos_manager_is_refused_with_the_fix():
         checks(cfg)
     # actor entropy does not need it
     checks(smoke("actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
+                 f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
+
+
+def test_surprisal_without_the_rollouts_log_probs_is_refused_and_the_fix_passes():
+    """entropy_source=surprisal reads verl's rollout log probs (verl 0.7.1 keeps none by default): refused before Ray
+    with the override that turns them on, which passes pasted; no engine patch or egpo manager is needed for it."""
+    off = ("algorithm.entropy_source=surprisal", "actor_rollout_ref.rollout.calculate_log_probs=false")
+    with pytest.raises(EgpoConfigError, match=r"Fix: \+\+actor_rollout_ref\.rollout\.calculate_log_probs=true\.") as err:
+        checks(smoke(*off))
+    checks(smoke(*off, *err.value.fixes[0]))
+    checks(smoke("algorithm.entropy_source=surprisal", "actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda",
                  f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={STOCK_MANAGER}"))
 
 

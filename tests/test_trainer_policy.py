@@ -16,7 +16,8 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.trainer import advantage_step
 from egpo.settings import EgpoSettings
-from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, UPDATE_MASK
+from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, UPDATE_MASK
+from egpo.trainer.metrics import entropy_agreement
 from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
 from egpo.trainer.thought_watch import NeverThinksWatch
 
@@ -70,7 +71,7 @@ def make_trainer(*overrides, markers=True):
     return trainer
 
 
-def make_batch(with_rollout_entropy):
+def make_batch(with_rollout_entropy, with_log_probs=True):
     g = torch.Generator().manual_seed(0)
     prompts = torch.tensor([[0, 1, 2, S]] * BS)  # prompt ends inside <think>
     responses = torch.tensor([[5, 6, E, 7, 2, 0]] * BS)
@@ -81,6 +82,8 @@ def make_batch(with_rollout_entropy):
                "token_level_rewards": rewards}
     if with_rollout_entropy:
         tensors[ROLLOUT_ENTROPY] = torch.rand(BS, L, generator=g) * response_mask
+    if with_log_probs:  # verl's, with rollout.calculate_log_probs=true: 0 on padding
+        tensors[ROLLOUT_LOG_PROBS] = -3 * torch.rand(BS, L, generator=torch.Generator().manual_seed(2)) * response_mask
     return DataProto.from_dict(tensors, non_tensors={"uid": np.array([f"u{i // 4}" for i in range(BS)], dtype=object)})
 
 
@@ -110,7 +113,9 @@ def run_step(trainer, batch, bypass):
 @pytest.mark.parametrize(
     "source, bypass, rollout_entropy, used",
     [("actor", False, False, ACTOR_ENTROPY), ("actor", False, True, ACTOR_ENTROPY),
-     ("rollout", False, True, ROLLOUT_ENTROPY), ("rollout", True, True, ROLLOUT_ENTROPY)],
+     ("rollout", False, True, ROLLOUT_ENTROPY), ("rollout", True, True, ROLLOUT_ENTROPY),
+     ("surprisal", False, False, ROLLOUT_LOG_PROBS), ("surprisal", False, True, ROLLOUT_LOG_PROBS),
+     ("surprisal", True, False, ROLLOUT_LOG_PROBS)],
 )
 def test_keep_and_drop(source, bypass, rollout_entropy, used):
     trainer = make_trainer("algorithm.adv_estimator=egpo", f"algorithm.entropy_source={source}",
@@ -118,7 +123,9 @@ def test_keep_and_drop(source, bypass, rollout_entropy, used):
     actor_entropy = torch.rand(BS, L, generator=torch.Generator().manual_seed(1))
     trainer.actor_rollout_wg = RecordingWorkerGroup(actor_entropy)
     batch = make_batch(rollout_entropy)
-    expected_entropy = batch.batch[used].clone() if used == ROLLOUT_ENTROPY else actor_entropy
+    log_probs = batch.batch[ROLLOUT_LOG_PROBS].clone()
+    expected_entropy = {ROLLOUT_ENTROPY: lambda: batch.batch[ROLLOUT_ENTROPY].clone(), ACTOR_ENTROPY: lambda: actor_entropy,
+                        ROLLOUT_LOG_PROBS: lambda: -log_probs}[used]()
     batch, advantage_keys, output = run_step(trainer, batch, bypass)
 
     assert used in advantage_keys  # kept until the advantage
@@ -129,9 +136,21 @@ def test_keep_and_drop(source, bypass, rollout_entropy, used):
     metrics = output.meta_info["metrics"]
     assert metrics["actor/pg_loss"] == 0.1
     assert metrics["egpo/entropy_source_is_rollout"] == float(source == "rollout")
+    assert metrics["egpo/entropy_source_is_surprisal"] == float(source == "surprisal")
     assert metrics["egpo/starts_inside_frac"] == 1.0
     # both entropies in one step -> their agreement is logged
     assert ("egpo/entropy_rollout_vs_actor/mean_abs_diff" in metrics) == (rollout_entropy and not bypass)
+    # the surprisal source and the actor's entropy in one step -> how far the surprisal is from it
+    surprisal_figures = {k: v for k, v in metrics.items() if k.startswith("egpo/surprisal_vs_actor_entropy/")}
+    if source == "surprisal" and not bypass:
+        assert surprisal_figures == entropy_agreement(-log_probs, actor_entropy, batch.batch["response_mask"],
+                                                      "egpo/surprisal_vs_actor_entropy/")
+        assert surprisal_figures["egpo/surprisal_vs_actor_entropy/tokens"] == BS * 5
+    else:
+        assert not surprisal_figures
+    # verl's rollout log probs are verl's: unchanged, and still in the batch for its rollout correction
+    assert ROLLOUT_LOG_PROBS in trainer.actor_rollout_wg.update_keys
+    assert torch.equal(batch.batch[ROLLOUT_LOG_PROBS], log_probs)
     # the advantage used the chosen entropy: H_i = mean over the two tokens before </think>
     h = expected_entropy[:, :2].double().mean(1)
     a = compute_grpo_outcome_advantage(batch.batch["token_level_rewards"], batch.batch["response_mask"],
@@ -180,6 +199,14 @@ def test_rollout_source_without_rollout_entropy_stops_with_the_fix():
     trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
     with pytest.raises(advantage_step.MissingEntropyError, match="agent_loop_manager_class"):
         run_step(trainer, make_batch(False), bypass=False)
+
+
+def test_surprisal_source_without_rollout_log_probs_stops_with_the_fix():
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=surprisal")
+    trainer.actor_rollout_wg = RecordingWorkerGroup(torch.rand(BS, L))
+    with pytest.raises(advantage_step.MissingEntropyError,
+                       match=r"\+\+actor_rollout_ref\.rollout\.calculate_log_probs=true"):
+        run_step(trainer, make_batch(True, with_log_probs=False), bypass=False)
 
 
 def test_misaligned_rollout_entropy_is_refused():

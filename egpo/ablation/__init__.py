@@ -2,8 +2,8 @@
 on an existing Ray cluster as one job per run.
 
     python -m egpo.ablation --config-path="$PWD/recipes" --config-name=cpu_warm \\
-        [--arms grpo egpo_actor egpo_rollout egpo_rollout_bypass] [--seeds 0 1 2 3 4] [--steps 30] \\
-        [--ray-address http://HEAD:8265 [--max-parallel N]] --out DIR [override ...]
+        [--arms grpo egpo_actor egpo_rollout egpo_rollout_bypass egpo_surprisal] [--seeds 0 1 2 3 4] \\
+        [--steps 30] [--ray-address http://HEAD:8265 [--max-parallel N]] --out DIR [override ...]
     python -m egpo.ablation --status DIR
 
 Each run is ``python -m egpo.main`` with the arm's and the seed's overrides, then yours; verl's file logger writes
@@ -37,16 +37,17 @@ Arms (egpo_lambda and the rest come from the config and your overrides):
     egpo_actor           EGPO, entropy from the actor's recompute
     egpo_rollout         EGPO, entropy returned by the rollout engine while sampling
     egpo_rollout_bypass  EGPO, rollout entropy, bypass mode (no old-log-prob recompute)
-    egpo_token_{actor,rollout}          egpo_granularity=token: a bonus per token (Cheng et al.)
-    egpo_respspan_{actor,rollout}       egpo_span=response: the entropy of every response token
-    egpo_token_respspan_{actor,rollout} both
+    egpo_surprisal       EGPO, the sampled tokens' surprisal (-log p, from the rollout's log probs) for the entropy
+    egpo_token_{actor,rollout,surprisal}          egpo_granularity=token: a bonus per token (Cheng et al.)
+    egpo_respspan_{actor,rollout,surprisal}       egpo_span=response: the entropy of every response token
+    egpo_token_respspan_{actor,rollout,surprisal} both
     <arm>_vllm           any arm above with vLLM as the rollout engine (actor_rollout_ref.rollout.name=vllm)
 
-Arm sets: ``--arms sources`` (the default: grpo egpo_actor egpo_rollout egpo_rollout_bypass) compares where the
-entropy comes from; ``--arms estimators`` (grpo egpo_rollout egpo_token_rollout egpo_respspan_rollout) compares
-the estimator family on the rollout's entropy; ``--arms vllm_sources`` is ``sources`` rolled out by vLLM;
-``--arms engines`` (egpo_rollout egpo_rollout_vllm) compares EGPO on sglang's and vLLM's rollout entropy (report it
-with ``--baseline egpo_rollout``).
+Arm sets: ``--arms sources`` (the default: grpo egpo_actor egpo_rollout egpo_rollout_bypass egpo_surprisal)
+compares where the entropy comes from, and what the exact entropy buys over the surprisal; ``--arms estimators``
+(grpo egpo_rollout egpo_token_rollout egpo_respspan_rollout) compares the estimator family on the rollout's entropy;
+``--arms vllm_sources`` is ``sources`` rolled out by vLLM; ``--arms engines`` (egpo_rollout egpo_rollout_vllm)
+compares EGPO on sglang's and vLLM's rollout entropy (report it with ``--baseline egpo_rollout``).
 
 A seed sets the rollout's sampling seed and the data order: egpo's HF server (``rollout.custom.seed``), and on verl
 0.9.1 verl's rollout seed (``rollout.seed``), from which each replica's engine seed is derived (vLLM: verl's

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 ESTIMATOR = "algorithm.adv_estimator=egpo"
-SOURCE = {"actor": "algorithm.entropy_source=actor", "rollout": "algorithm.entropy_source=rollout"}
+SOURCE = {source: f"algorithm.entropy_source={source}" for source in ("actor", "rollout", "surprisal")}
 VARIANTS = {  # name part -> overrides: EGPO's granularity and span (algorithm.egpo_granularity / egpo_span)
     "": (),
     "token_": ("algorithm.egpo_granularity=token",),
@@ -48,11 +48,12 @@ _METHOD_ARMS = {
 ARMS = {f"{arm}{suffix}": (*overrides, *engine)
         for suffix, engine in ENGINES.items() for arm, overrides in {**_ESTIMATOR_ARMS, **_METHOD_ARMS}.items()}
 ARM_SETS = {  # names --arms also takes
-    "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass"),
+    "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass", "egpo_surprisal"),
     "estimators": ("grpo", "egpo_rollout", "egpo_token_rollout", "egpo_respspan_rollout"),
     "entropy_methods": ("grpo", "grpo_cliphigher", "grpo_klcov", "grpo_clipcov", "grpo_entbonus", "grpo_8020",
                         "grpo_stare", "egpo_rollout", "egpo_rollout_cliphigher"),
-    "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm"),
+    "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm",
+                     "egpo_surprisal_vllm"),
     "engines": ("egpo_rollout", "egpo_rollout_vllm"),
 }
 DEFAULT_ARMS = ARM_SETS["sources"]

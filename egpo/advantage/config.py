@@ -15,7 +15,7 @@ from egpo.advantage.variants import GRANULARITIES, SPANS, validate_egpo_coeffici
 from egpo.advantage.stare import STARE_VARIANTS, TOKEN_REWEIGHTINGS, validate_stare
 from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
 
-ENTROPY_SOURCES = ("actor", "rollout")
+ENTROPY_SOURCES = ("actor", "rollout", "surprisal")
 
 
 def _key(default: Any, doc: str, choices: tuple = ()) -> Any:
@@ -25,7 +25,9 @@ def _key(default: Any, doc: str, choices: tuple = ()) -> Any:
 @dataclass(frozen=True)
 class EgpoAlgorithmConfig:
     entropy_source: str = _key("actor", "actor: entropy of the old-log-prob recompute; rollout: entropy returned by "
-                                        "the rollout engine while sampling", ENTROPY_SOURCES)
+                                        "the rollout engine while sampling; surprisal: -log p of each sampled token, "
+                                        "from the rollout's log probs (rollout.calculate_log_probs=true)",
+                               ENTROPY_SOURCES)
     egpo_lambda: float = _key(0.4, "weight of the clipped entropy bonus; 0 <= egpo_lambda < egpo_alpha")
     egpo_alpha: float = _key(2.0, "the bonus is clipped to |A| / egpo_alpha (> 0)")
     egpo_granularity: str = _key("response", "response: one bonus per response from the span's mean entropy (EGPO); "
@@ -60,7 +62,8 @@ class EgpoAlgorithmConfig:
             raise ValueError(
                 f"algorithm.entropy_source={self.entropy_source!r} is not one of "
                 f"{', '.join(repr(s) for s in ENTROPY_SOURCES)}: 'actor' uses the entropy of the old-log-prob "
-                "recompute, 'rollout' the entropy the rollout engine returns while sampling")
+                "recompute, 'rollout' the entropy the rollout engine returns while sampling, 'surprisal' -log p of each "
+                "sampled token from the rollout's log probs")
         validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha, ALGORITHM_DEFAULTS)
         validate_egpo_variant(self.egpo_granularity, self.egpo_span, ALGORITHM_DEFAULTS)
         validate_token_selection(self.egpo_token_selection, self.egpo_top_entropy_quantile)

@@ -38,7 +38,8 @@ FP32_NAMES = ("fp32", "float32", "torch.float32", "float")
 
 
 def reads_actor_entropy(settings: EgpoSettings) -> bool:
-    """The run reads the actor's recompute entropy (the bonus, or the agreement with the rollout's)."""
+    """The run reads the actor's recompute entropy (the bonus, or the agreement with the rollout's entropy or
+    surprisal)."""
     return settings.enabled and not settings.bypass_mode
 
 
@@ -106,8 +107,7 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
                 echo(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
                      "token count (8 times a worker), then runs eager anyway")
     if precision != "fp32":
-        what = ("the bonus" if settings.algo.entropy_source == "actor" else
-                "egpo/entropy_rollout_vs_actor/* (rollout and actor agreement)")
+        what = settings.actor_entropy_use
         return [error(
             "actor",
             f"egpo reads the actor's entropy ({what}), but it would be computed in bf16: {precision}, an error of about "

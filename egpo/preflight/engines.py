@@ -25,7 +25,7 @@ def actor_entropy_findings(config, settings) -> list[Finding]:
 
     if not reads_actor_entropy(settings):
         return []
-    use = "the bonus" if settings.algo.entropy_source == "actor" else "the rollout-vs-actor agreement"
+    use = settings.actor_entropy_use
     precision = actor_entropy_precision(config)
     if precision == "fp32":
         return [fact("entropy", f"the actor's entropy ({use}) is computed in fp32 "

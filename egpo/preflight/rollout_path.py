@@ -1,5 +1,6 @@
 """The rollout path: egpo's agent-loop manager where a run needs it (completed here), and an engine that returns the
-entropy a run reads from its rollout (checked here, with sglang's and vLLM's own limits)."""
+entropy a run reads from its rollout (checked here, with sglang's and vLLM's own limits), or the log probs its
+surprisal is read from."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from egpo.preflight.findings import Finding, error
 from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoSettings, fix_text, rollout_name
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+LOG_PROBS = "calculate_log_probs"  # under actor_rollout_ref.rollout: verl's rollout log probs, surprisal's source
 
 
 def _load(path: str):
@@ -41,11 +43,20 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
 
 def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
     """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
-    into the batch); rollout.name=hf needs that manager too; sglang's and vLLM's entropy limits are checked here already."""
+    into the batch); entropy_source=surprisal needs verl's rollout log probs; rollout.name=hf needs that manager too; sglang's and vLLM's entropy limits are checked here already."""
     from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
 
     rollout = config.actor_rollout_ref.rollout
     name = rollout_name(config)
+    if settings.enabled and settings.algo.entropy_source == "surprisal" and not rollout.get(LOG_PROBS, False):
+        fixes = ((f"++actor_rollout_ref.rollout.{LOG_PROBS}=true",),)
+        return [error(
+            "rollout",
+            "algorithm.entropy_source=surprisal reads -log p of each sampled token from the rollout's log probs, which "
+            f"verl keeps only with actor_rollout_ref.rollout.{LOG_PROBS}=true (verl 0.7.1's default is false). "
+            f"Fix: {fix_text(fixes)}.",
+            fixes,
+        )]
     wants_rollout_entropy = settings.reads_rollout_entropy
     if wants_rollout_entropy and name is not None and name not in ENTROPY_ROLLOUTS:
         # actor entropy needs the recompute that bypass mode skips: then that fix turns bypass mode off too

@@ -11,8 +11,9 @@ download), and otherwise from :data:`KNOWN_SHAPES` (the recipes' Qwen3 models). 
 * **per GPU, the old-policy recompute**: verl computes its entropy in every run; egpo has it in fp32 chunks, a few
   of one chunk's size alive at a time, with no gradient.
 * **on the driver (host memory), per step**: the rollout's entropy (one fp32 per response token), the
-  rollout-vs-actor agreement (float64 copies of the valid tokens of both), the 80/20 rule's selection; bounds on
-  each function's measured peak (``tests/test_scale.py``).
+  rollout-vs-actor agreement (float64 copies of the valid tokens of both), the surprisal (the negated rollout log
+  probs) and its agreement with the actor's entropy, the 80/20 rule's selection, STARE's weights; bounds on each
+  function's measured peak (``tests/test_scale.py``).
 * **on disk**: bytes per checkpoint (the fp32 model and Adam's two moments: 12 bytes a parameter, and the tied
   embedding's second copy in the state dict; checked against a real checkpoint of the demo model by
   ``tests/test_scale.py``) x the checkpoints kept x runs, against the free space where they are written.
@@ -49,6 +50,7 @@ FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
 # measures each function's peak resident memory at 4M tokens against these; the peak varies by a few bytes a token
 # from run to run with the order the allocator returns memory in)
 ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
+SURPRISAL_BYTES = 4  # the negated rollout log probs, fp32 (egpo.trainer.advantage_step.source_entropy)
 AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, the valid tokens' indices
 SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
 STARE_BYTES = 64  # egpo.advantage.stare.stare_weights and the reweighted advantages: flags, surprisals, the weights
@@ -217,6 +219,10 @@ def driver_findings(config, settings) -> list[Finding]:
         parts.append(("rollout entropy", cells * ROLLOUT_ENTROPY_BYTES))
         if not settings.bypass_mode:
             parts.append(("rollout-vs-actor agreement", cells * AGREEMENT_BYTES))
+    if settings.algo.entropy_source == "surprisal":
+        parts.append(("surprisal", cells * SURPRISAL_BYTES))
+        if not settings.bypass_mode:
+            parts.append(("surprisal-vs-actor agreement", cells * (SURPRISAL_BYTES + AGREEMENT_BYTES)))
     if settings.selects_tokens:
         parts.append(("80/20 selection", cells * SELECTION_BYTES))
     if settings.algo.egpo_token_reweighting == "stare":

@@ -25,7 +25,7 @@ from egpo.compat.verl_shapes import VerlShapeError
 from egpo.errors import EntropyError
 from egpo.patching import Patch, parameters
 from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
-from egpo.keys import ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
+from egpo.keys import ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
 
@@ -56,10 +56,24 @@ def missing_entropy_message(settings: EgpoSettings) -> str:
             "actor_rollout_ref.rollout.agent.agent_loop_manager_class to egpo's entropy agent-loop manager, which "
             f"serves rollout names {', '.join(ENTROPY_ROLLOUTS)}), or use algorithm.entropy_source=actor."
         )
+    if settings.algo.entropy_source == "surprisal":
+        return (
+            f"algorithm.entropy_source=surprisal reads -log p of each sampled token from verl's '{ROLLOUT_LOG_PROBS}', "
+            "which this batch lacks: the rollout returns its log probs only with "
+            "++actor_rollout_ref.rollout.calculate_log_probs=true (or use algorithm.entropy_source=actor)."
+        )
     return (
         "algorithm.entropy_source=actor but the actor's entropy was not kept for the advantage: the step did not run "
         "the old-log-prob recompute through egpo.trainer.EgpoRayPPOTrainer. Run through `python -m egpo.main`."
     )
+
+
+def source_entropy(batch, settings: EgpoSettings):
+    """The per-token entropy ``algorithm.entropy_source`` names, from the batch: the actor's or the rollout engine's
+    entropy as kept, or the sampled token's surprisal, the negation of verl's rollout log probs (a new tensor: verl's
+    own stays as it is)."""
+    values = batch[settings.entropy_key]
+    return values.neg() if settings.algo.entropy_source == "surprisal" else values
 
 
 def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True) -> DataProto:
@@ -73,7 +87,7 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
         batch["response_mask"] = verl_ray_trainer.compute_response_mask(data)
     algo = settings.algo
     responses = batch["responses"]
-    entropy = batch[settings.entropy_key]
+    entropy = source_entropy(batch, settings)
     if entropy.shape != responses.shape:
         raise MissingEntropyError(
             f"batch['{settings.entropy_key}'] has shape {tuple(entropy.shape)} but responses has shape "
@@ -126,6 +140,7 @@ def variant_metrics(settings: EgpoSettings) -> dict[str, float]:
     """Which estimator variant ran, as step metrics (1.0 / 0.0)."""
     return {
         "egpo/entropy_source_is_rollout": float(settings.algo.entropy_source == "rollout"),
+        "egpo/entropy_source_is_surprisal": float(settings.algo.entropy_source == "surprisal"),
         "egpo/granularity_is_token": float(settings.algo.egpo_granularity == "token"),
         "egpo/span_is_response": float(settings.algo.egpo_span == "response"),
     }

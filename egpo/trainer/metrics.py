@@ -1,18 +1,22 @@
-"""Agreement between the rollout engine's entropy and the actor's recompute (the ablation's key figure)."""
+"""Agreement between a per-token entropy the run has from the rollout (the engine's entropy, or the sampled token's
+surprisal) and the actor's recompute of the entropy (the ablation's key figures)."""
 
 from __future__ import annotations
 
 import torch
 
-PREFIX = "egpo/entropy_rollout_vs_actor/"
+PREFIX = "egpo/entropy_rollout_vs_actor/"  # the rollout engine's entropy against the actor's
+SURPRISAL_PREFIX = "egpo/surprisal_vs_actor_entropy/"  # -log p of the sampled token against the actor's entropy
 
 
-def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor, response_mask: torch.Tensor) -> dict:
-    """Mean |rollout - actor| and Pearson r over valid response tokens where both values are finite (float64)."""
+def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor, response_mask: torch.Tensor,
+                      prefix: str = PREFIX) -> dict:
+    """Mean (rollout - actor), mean and max |rollout - actor| and Pearson r over valid response tokens where both
+    values are finite (float64), under ``prefix``."""
     if rollout_entropy.shape != actor_entropy.shape:
         raise ValueError(
-            f"rollout_entropy has shape {tuple(rollout_entropy.shape)} but the actor's entropy has shape "
-            f"{tuple(actor_entropy.shape)}; the rollout must emit one value per response token"
+            f"the rollout's per-token values have shape {tuple(rollout_entropy.shape)} but the actor's entropy has "
+            f"shape {tuple(actor_entropy.shape)}; the rollout must give one value per response token"
         )
     r, a = rollout_entropy.detach(), actor_entropy.detach()
     valid = response_mask.bool()
@@ -22,18 +26,20 @@ def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor
     a = a[valid].double()
     del valid
     n = r.numel()
-    metrics = {f"{PREFIX}tokens": float(n)}
+    metrics = {f"{prefix}tokens": float(n)}
     if n == 0:
         return metrics
-    diff = torch.sub(r, a).abs_()
-    metrics[f"{PREFIX}mean_abs_diff"] = float(diff.mean())
-    metrics[f"{PREFIX}max_abs_diff"] = float(diff.max())
+    diff = torch.sub(r, a)
+    metrics[f"{prefix}mean_diff"] = float(diff.mean())
+    diff.abs_()
+    metrics[f"{prefix}mean_abs_diff"] = float(diff.mean())
+    metrics[f"{prefix}max_abs_diff"] = float(diff.max())
     del diff
     r -= r.mean()  # centred in place: the host memory at 1M+ tokens a step is the two float64 copies and one more
     a -= a.mean()
     denom = torch.sqrt(torch.dot(r, r) * torch.dot(a, a))
     if n > 1 and denom > 0:
-        metrics[f"{PREFIX}pearson"] = float(torch.dot(r, a) / denom)
+        metrics[f"{prefix}pearson"] = float(torch.dot(r, a) / denom)
     return metrics
 
 

@@ -5,7 +5,8 @@ verl methods overridden, nothing else:
 * ``_compute_old_log_prob``: the actor's recompute already returns ``entropys``; ``fit`` pops it. With
   ``entropy_source=actor`` the same tensor is also kept under ``egpo_actor_entropy`` so it survives until
   the advantage; an all-zero one (a verl that skipped computing it) stops the run. Whenever the rollout's
-  entropy is in the batch too, their agreement is measured here.
+  entropy is in the batch too, their agreement is measured here, and with ``entropy_source=surprisal`` the
+  surprisal's (the negated rollout log probs) against it.
 * ``_compute_old_log_prob``, ``_compute_ref_log_prob``, ``_compute_values``, ``_compute_reward_colocate``: egpo's
   entropy keys stay on the driver while verl ships the batch to a worker group (no worker reads them;
   :func:`entropy_kept_on_driver`).
@@ -39,8 +40,8 @@ from egpo.advantage.registry import register as register_estimator
 from egpo.trainer import advantage_step, pass_at_k
 from egpo.settings import EgpoSettings
 from egpo.trainer.temperature import warn_on_temperature_mismatch
-from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
-from egpo.trainer.metrics import entropy_agreement, format_step_summary
+from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
+from egpo.trainer.metrics import SURPRISAL_PREFIX, entropy_agreement, format_step_summary
 from egpo.trainer.thought_watch import NeverThinksWatch
 
 ENGINE_PROBE_PREFIX = "actor/probe/"
@@ -97,6 +98,10 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             advantage_step.add_step_metrics(
                 batch, entropy_agreement(kept[ROLLOUT_ENTROPY], actor_entropy, batch.batch["response_mask"])
             )
+        if computed and self.egpo.enabled and self.egpo.algo.entropy_source == "surprisal" and \
+                ROLLOUT_LOG_PROBS in batch.batch.keys():  # how far the stand-in is from the entropy, same tokens
+            advantage_step.add_step_metrics(batch, entropy_agreement(
+                batch.batch[ROLLOUT_LOG_PROBS].neg(), actor_entropy, batch.batch["response_mask"], SURPRISAL_PREFIX))
         return old_log_prob, mfu
 
     def _compute_ref_log_prob(self, batch: DataProto):
