@@ -43,7 +43,8 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
 
 def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
     """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
-    into the batch); entropy_source=surprisal needs verl's rollout log probs; rollout.name=hf needs that manager too; sglang's and vLLM's entropy limits are checked here already."""
+    into the batch); entropy_source=surprisal needs verl's rollout log probs; rollout.name=hf needs that manager too;
+    sglang's and vLLM's entropy limits are checked here already."""
     from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
 
     rollout = config.actor_rollout_ref.rollout
