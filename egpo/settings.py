@@ -20,6 +20,7 @@ ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 SOURCE_WORDS = {"actor": "actor", "rollout": "rollout",  # algorithm.entropy_source, in the start-up line
                 "surprisal": "rollout's surprisal (-log p of each sampled token)"}
 BYPASS = "algorithm.rollout_correction.bypass_mode"
+LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs"  # verl's rollout log probs: the surprisal's source
 
 
 def rollout_name(config) -> str | None:
@@ -82,6 +83,11 @@ class EgpoSettings:
     def reads_rollout_entropy(self) -> bool:
         """The advantage reads the rollout engine's entropy (the batch must carry ``rollout_entropy``)."""
         return self.enabled and self.algo.entropy_source == "rollout"
+
+    @property
+    def reads_surprisal(self) -> bool:
+        """The advantage reads the sampled tokens' surprisal (the batch must carry verl's rollout log probs)."""
+        return self.enabled and self.algo.entropy_source == "surprisal"
 
     @property
     def actor_entropy_use(self) -> str:

@@ -9,10 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 from egpo.engines import Engine, engine, load
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error
-from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, ROLLOUT_NAME, EgpoSettings, fix_text, rollout_name
+from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, LOG_PROBS, ROLLOUT_NAME, EgpoSettings, fix_text, rollout_name
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
-LOG_PROBS = "calculate_log_probs"  # under actor_rollout_ref.rollout: verl's rollout log probs, surprisal's source
 
 
 def _load(path: str):
@@ -49,12 +48,12 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> li
 
     rollout = config.actor_rollout_ref.rollout
     name = rollout_name(config)
-    if settings.enabled and settings.algo.entropy_source == "surprisal" and not rollout.get(LOG_PROBS, False):
-        fixes = ((f"++actor_rollout_ref.rollout.{LOG_PROBS}=true",),)
+    if settings.reads_surprisal and not OmegaConf.select(config, LOG_PROBS, default=False):
+        fixes = ((f"++{LOG_PROBS}=true",),)
         return [error(
             "rollout",
             "algorithm.entropy_source=surprisal reads -log p of each sampled token from the rollout's log probs, which "
-            f"verl keeps only with actor_rollout_ref.rollout.{LOG_PROBS}=true (verl 0.7.1's default is false). "
+            f"verl keeps only with {LOG_PROBS}=true (verl 0.7.1's default is false). "
             f"Fix: {fix_text(fixes)}.",
             fixes,
         )]

@@ -219,7 +219,7 @@ def driver_findings(config, settings) -> list[Finding]:
         parts.append(("rollout entropy", cells * ROLLOUT_ENTROPY_BYTES))
         if not settings.bypass_mode:
             parts.append(("rollout-vs-actor agreement", cells * AGREEMENT_BYTES))
-    if settings.algo.entropy_source == "surprisal":
+    if settings.reads_surprisal:
         parts.append(("surprisal", cells * SURPRISAL_BYTES))
         if not settings.bypass_mode:
             parts.append(("surprisal-vs-actor agreement", cells * (SURPRISAL_BYTES + AGREEMENT_BYTES)))

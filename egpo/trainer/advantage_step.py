@@ -24,7 +24,7 @@ from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.compat.verl_shapes import VerlShapeError
 from egpo.errors import EntropyError
 from egpo.patching import Patch, parameters
-from egpo.settings import ENTROPY_ROLLOUTS, EgpoSettings
+from egpo.settings import ENTROPY_ROLLOUTS, LOG_PROBS, EgpoSettings
 from egpo.keys import ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
@@ -56,11 +56,11 @@ def missing_entropy_message(settings: EgpoSettings) -> str:
             "actor_rollout_ref.rollout.agent.agent_loop_manager_class to egpo's entropy agent-loop manager, which "
             f"serves rollout names {', '.join(ENTROPY_ROLLOUTS)}), or use algorithm.entropy_source=actor."
         )
-    if settings.algo.entropy_source == "surprisal":
+    if settings.reads_surprisal:
         return (
             f"algorithm.entropy_source=surprisal reads -log p of each sampled token from verl's '{ROLLOUT_LOG_PROBS}', "
             "which this batch lacks: the rollout returns its log probs only with "
-            "++actor_rollout_ref.rollout.calculate_log_probs=true (or use algorithm.entropy_source=actor)."
+            f"++{LOG_PROBS}=true (or use algorithm.entropy_source=actor)."
         )
     return (
         "algorithm.entropy_source=actor but the actor's entropy was not kept for the advantage: the step did not run "
@@ -73,7 +73,7 @@ def source_entropy(batch, settings: EgpoSettings):
     entropy as kept, or the sampled token's surprisal, the negation of verl's rollout log probs (a new tensor: verl's
     own stays as it is)."""
     values = batch[settings.entropy_key]
-    return values.neg() if settings.algo.entropy_source == "surprisal" else values
+    return values.neg() if settings.reads_surprisal else values
 
 
 def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True) -> DataProto:

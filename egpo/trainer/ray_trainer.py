@@ -98,10 +98,11 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             advantage_step.add_step_metrics(
                 batch, entropy_agreement(kept[ROLLOUT_ENTROPY], actor_entropy, batch.batch["response_mask"])
             )
-        if computed and self.egpo.enabled and self.egpo.algo.entropy_source == "surprisal" and \
-                ROLLOUT_LOG_PROBS in batch.batch.keys():  # how far the stand-in is from the entropy, same tokens
+        if computed and self.egpo.reads_surprisal and ROLLOUT_LOG_PROBS in batch.batch.keys():
+            # how far the stand-in is from the entropy, on the same tokens
             advantage_step.add_step_metrics(batch, entropy_agreement(
-                batch.batch[ROLLOUT_LOG_PROBS].neg(), actor_entropy, batch.batch["response_mask"], SURPRISAL_PREFIX))
+                advantage_step.source_entropy(batch.batch, self.egpo), actor_entropy, batch.batch["response_mask"],
+                SURPRISAL_PREFIX))
         return old_log_prob, mfu
 
     def _compute_ref_log_prob(self, batch: DataProto):
