@@ -13,6 +13,7 @@ import signal
 from contextlib import contextmanager
 
 from conftest import require_sglang
+from cpu_engine_lock import one_engine_at_a_time
 
 # egpo's process entries first: they install the CPU stand-ins before anything imports sglang
 from egpo.rollout.sglang.process_entries import (
@@ -92,20 +93,21 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
         set_engine_entries(run_plain_scheduler, run_detokenizer_process_with_standins)
     # sglang's engine makes a child's failure kill its whole process tree (SIGQUIT): restored at teardown
     sigquit = signal.getsignal(signal.SIGQUIT)
-    try:
-        from egpo.rollout.sglang.versions import sglang_targets
+    with one_engine_at_a_time():
+        try:
+            from egpo.rollout.sglang.versions import sglang_targets
 
-        cpu_args = dict(sglang_targets().cpu_engine_args)
-        engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **cpu_args, **engine_args})
-    finally:
-        remove_process_entries()
-    try:
-        yield engine
-    finally:
-        engine.shutdown()
-        signal.signal(signal.SIGQUIT, sigquit)
-        if patched:
-            remove_all(PATCHES)
+            cpu_args = dict(sglang_targets().cpu_engine_args)
+            engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **cpu_args, **engine_args})
+        finally:
+            remove_process_entries()
+        try:
+            yield engine
+        finally:
+            engine.shutdown()
+            signal.signal(signal.SIGQUIT, sigquit)
+            if patched:
+                remove_all(PATCHES)
 
 
 def scheduler_state(engine) -> dict:

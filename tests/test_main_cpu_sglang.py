@@ -14,6 +14,7 @@ from egpo.demo.smoke_run import run_smoke
 from test_main_cpu import COMMON, assert_trained
 
 from conftest import require_sglang  # noqa: E402
+from cpu_engine_lock import one_engine_at_a_time  # noqa: E402
 
 require_sglang()
 
@@ -51,7 +52,9 @@ def demo_prompts(demo, n=4):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, demo):
     workdir = tmp_path_factory.mktemp("sglang_run")
-    return workdir, run_smoke(workdir, demo, *SGLANG, "algorithm.entropy_source=rollout", "trainer.save_freq=1", *COMMON)
+    with one_engine_at_a_time():
+        return workdir, run_smoke(workdir, demo, *SGLANG, "algorithm.entropy_source=rollout", "trainer.save_freq=1",
+                                  *COMMON)
 
 
 def test_rollout_entropy_agrees_with_the_actor_and_the_weights_are_pushed(demo, first_run):

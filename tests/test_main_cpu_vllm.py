@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cpu_engine_lock import one_engine_at_a_time
 from egpo.demo.smoke_run import run_smoke, step_metrics
 
 try:
@@ -45,7 +46,8 @@ def test_rollout_entropy_agrees_with_the_actor_while_the_weights_are_pushed_and_
     path = os.pathsep.join(filter(None, (str(NEGATIVE_CONTROL), os.environ.get("PYTHONPATH"))))
     monkeypatch.setenv("PYTHONPATH", path)
     monkeypatch.setenv("EGPO_TEST_DROP_WEIGHT_PUSH", str(DROPPED_PUSH))
-    proc = run_smoke(tmp_path, tmp_path / "demo", *VLLM, timeout=1200)
+    with one_engine_at_a_time():
+        proc = run_smoke(tmp_path, tmp_path / "demo", *VLLM, timeout=1200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert f"the demo for rollout.name=vllm: {tmp_path / 'demo'}/vllm (attention heads of 32" in proc.stdout

@@ -31,6 +31,7 @@ VERSION = _observer_sglang()
 import torch  # noqa: E402
 
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
+from cpu_engine_lock import one_engine_at_a_time  # noqa: E402
 from hf_reference import load_reference_model, reference  # noqa: E402
 from egpo.rollout.sglang.observer import META_KEY  # noqa: E402
 from egpo.rollout.sglang.process_entries import (  # noqa: E402  (installs the CPU stand-ins first)
@@ -69,15 +70,16 @@ def engine(model_dir, options=None, *, observed=True, **engine_args):
 
         os.environ.pop(ENV_VAR, None)  # egpo's plugin acts only where it is set
     sigquit = signal.getsignal(signal.SIGQUIT)
-    try:
-        running = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
-    finally:
-        remove_process_entries()
-    try:
-        yield running
-    finally:
-        running.shutdown()
-        signal.signal(signal.SIGQUIT, sigquit)
+    with one_engine_at_a_time():
+        try:
+            running = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
+        finally:
+            remove_process_entries()
+        try:
+            yield running
+        finally:
+            running.shutdown()
+            signal.signal(signal.SIGQUIT, sigquit)
 
 
 def generate(running, prompts, params, **kwargs):

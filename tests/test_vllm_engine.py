@@ -33,6 +33,7 @@ if RUNNER == "v2":
     install()
 
 import torch  # noqa: E402
+from cpu_engine_lock import one_engine_at_a_time  # noqa: E402
 from reference import entropy_rows_ref  # noqa: E402
 
 from egpo.patching import remove_all  # noqa: E402
@@ -62,9 +63,10 @@ def llm(model_dir):
     frontend_patch.apply_frontend_patch()
     if RUNNER == "v2":
         route_top_k_top_p_to_torch()
-    engine = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
-                 max_num_seqs=8, disable_log_stats=True)
-    yield engine
+    with one_engine_at_a_time():  # the engine's work ends with the module; it is idle after
+        engine = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
+                     max_num_seqs=8, disable_log_stats=True)
+        yield engine
     remove_all(frontend_patch.PATCHES)
     remove_all(sampler_patch.PATCHES)
     remove_all(runner_v2_patch.PATCHES)
