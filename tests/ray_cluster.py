@@ -64,18 +64,6 @@ class Cluster:
                 continue
         return list(found.values())
 
-    def process_names(self) -> list[str]:
-        """The titles of this cluster's processes (a Ray actor's is ``ray::<its class>.<method>``)."""
-        import psutil
-
-        names = []
-        for proc in self.processes():
-            try:
-                names.append(" ".join(proc.cmdline())[:120])
-            except psutil.NoSuchProcess:
-                continue
-        return names
-
     def kill(self) -> None:
         """The node lost at once, as a machine that dies: every process of it SIGKILLed, none told first."""
         _signal_and_wait(self.processes(), "kill", timeout=15)
