@@ -32,6 +32,18 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+WORKER_PORTS = 200  # a node's worker processes' port range: --min-worker-port to that + 200
+
+
+def worker_ports_clear_of(ports) -> int:
+    """The first port of a worker range that holds none of a node's component ports: Ray refuses to start a node
+    whose worker range does (seen here: the runtime-env agent's port inside it, 2026-11-27)."""
+    while True:
+        low = free_ports(1)[0]
+        if low + WORKER_PORTS <= 65535 and not any(low <= port <= low + WORKER_PORTS for port in ports):
+            return low
+
+
 @dataclass
 class Cluster:
     temp_dir: Path
@@ -89,7 +101,7 @@ def start_cluster(num_cpus: int, num_gpus: int, resources: dict) -> Cluster:
     """A head node with the given logical resources and Ray's token authentication on (its own token)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="egpo-ray-", dir="/tmp"))
     ports = dict(zip(PORT_OPTIONS, free_ports(len(PORT_OPTIONS) + 1)))
-    worker_low = free_ports(1)[0]
+    worker_low = worker_ports_clear_of(ports.values())
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
            "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
@@ -97,7 +109,7 @@ def start_cluster(num_cpus: int, num_gpus: int, resources: dict) -> Cluster:
     cmd = [str(ray), "start", "--head", f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
            f"--resources={json.dumps(resources)}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
            *(f"{option}={port}" for option, port in ports.items()),
-           f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 200}"]
+           f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + WORKER_PORTS}"]
     cluster = Cluster(temp_dir, f"http://127.0.0.1:{ports['--dashboard-port']}", env, f"127.0.0.1:{ports['--port']}")
     started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=temp_dir)
     if started.returncode != 0:
@@ -116,12 +128,12 @@ def add_node(head: Cluster, num_cpus: int, num_gpus: int, resources: dict) -> Cl
     it as a Cluster (the head's dashboard and environment) once the cluster counts it alive."""
     temp_dir = Path(tempfile.mkdtemp(prefix="egpo-ray-node-", dir="/tmp"))
     ports = dict(zip(NODE_PORT_OPTIONS, free_ports(len(NODE_PORT_OPTIONS))))
-    worker_low = free_ports(1)[0]
+    worker_low = worker_ports_clear_of(ports.values())
     ray = Path(sys.executable).with_name("ray")
     cmd = [str(ray), "start", f"--address={head.gcs}", f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}",
            f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}",
            *(f"{option}={port}" for option, port in ports.items()),
-           f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 200}"]
+           f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + WORKER_PORTS}"]
     node = Cluster(temp_dir, head.dashboard, head.env, head.gcs)
     started = subprocess.run(cmd, env=head.env, capture_output=True, text=True, timeout=300, cwd=temp_dir)
     if started.returncode != 0:

@@ -143,6 +143,7 @@ def test_a_lost_node_fails_and_resumes_only_its_run_then_the_report(tmp_path, de
         # the kill waits on the run the second node holds, not on both runs: a run started late on the head must not
         # let the other node's run finish first (seen here once under load: nothing left on the node to lose)
         wait_for(held_mid_run, proc, 900, "the run on the second node to log a step")
+        jobs = {w.name: json.loads((w / JOB).read_text())["submission_id"] for w in works}  # the first jobs
         cluster.node.kill()  # the second node is lost, mid-run: its raylet, its workers, all at once
         proc.wait(timeout=1800)
     finally:
@@ -150,7 +151,6 @@ def test_a_lost_node_fails_and_resumes_only_its_run_then_the_report(tmp_path, de
             proc.kill()
     text = log.read_text()
     assert proc.returncode == 0, text[-5000:]
-    jobs = {w.name: json.loads((w / JOB).read_text())["submission_id"] for w in works}
     assert "2 run(s) as Ray jobs" in text and "at most 2 at once" in text  # the two nodes hold one run each
     lost = [w for w in works if f"{w.name}: FAILED (job {jobs[w.name]}" in text]
     assert lost == held, text[-5000:]  # only the run the lost node held
