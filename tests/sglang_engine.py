@@ -9,16 +9,14 @@ and how many requests were retracted.
 from __future__ import annotations
 
 import gc
-import signal
 from contextlib import contextmanager
 
 from conftest import require_sglang
-from cpu_engine_lock import one_engine_at_a_time
+from sglang_engine_lifecycle import started_engine
 
 # egpo's process entries first: they install the CPU stand-ins before anything imports sglang
 from egpo.rollout.sglang.process_entries import (
     install_process_entries,
-    remove_process_entries,
     run_detokenizer_process_with_standins,
     scheduler_entry,
     set_engine_entries,
@@ -79,8 +77,6 @@ def run_plain_scheduler(*args, **kwargs):
 def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_args):
     """A real ``sglang.Engine`` (patched: egpo's process entries + tokenizer patches, plus the state probe)."""
     require_sglang()
-    import sglang
-
     from egpo.rollout.entropy import EntropyOptions
     from egpo.patching import remove_all
     from egpo.rollout.sglang.tokenizer_patches import PATCHES, apply_tokenizer_patches
@@ -91,23 +87,15 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
         set_engine_entries(run_scheduler_with_state_probe, run_detokenizer_process_with_standins)
     else:
         set_engine_entries(run_plain_scheduler, run_detokenizer_process_with_standins)
-    # sglang's engine makes a child's failure kill its whole process tree (SIGQUIT): restored at teardown
-    sigquit = signal.getsignal(signal.SIGQUIT)
-    with one_engine_at_a_time():
-        try:
-            from egpo.rollout.sglang.versions import sglang_targets
+    from egpo.rollout.sglang.versions import sglang_targets
 
-            cpu_args = dict(sglang_targets().cpu_engine_args)
-            engine = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **cpu_args, **engine_args})
-        finally:
-            remove_process_entries()
-        try:
+    try:
+        args = {**ENGINE_ARGS, **dict(sglang_targets().cpu_engine_args), **engine_args}
+        with started_engine(model_dir, args) as engine:
             yield engine
-        finally:
-            engine.shutdown()
-            signal.signal(signal.SIGQUIT, sigquit)
-            if patched:
-                remove_all(PATCHES)
+    finally:
+        if patched:
+            remove_all(PATCHES)
 
 
 def scheduler_state(engine) -> dict:

@@ -9,7 +9,6 @@ builds them); skipped wherever the installed sglang is not one egpo reads throug
 from __future__ import annotations
 
 import os
-import signal
 from contextlib import contextmanager
 
 import pytest
@@ -31,13 +30,11 @@ VERSION = _observer_sglang()
 import torch  # noqa: E402
 
 from egpo.rollout.entropy import EntropyOptions  # noqa: E402
-from cpu_engine_lock import one_engine_at_a_time  # noqa: E402
+from sglang_engine_lifecycle import started_engine  # noqa: E402
 from hf_reference import load_reference_model, reference  # noqa: E402
 from egpo.rollout.sglang.observer import META_KEY  # noqa: E402
-from egpo.rollout.sglang.process_entries import (  # noqa: E402  (installs the CPU stand-ins first)
-    install_process_entries,
-    remove_process_entries,
-)
+# egpo's process entries install the CPU stand-ins before anything imports sglang
+from egpo.rollout.sglang.process_entries import install_process_entries  # noqa: E402
 
 ENGINE_ARGS = dict(device="cpu", attention_backend="torch_native", dtype="float32", tp_size=1,
                    mem_fraction_static=0.05, random_seed=0, skip_tokenizer_init=True, log_level="error",
@@ -62,24 +59,13 @@ def ref_model(model_dir):
 def engine(model_dir, options=None, *, observed=True, **engine_args):
     """A real ``sglang.Engine``: with egpo's process entries (CPU stand-ins; the options exported, so egpo's plugin
     installs the observer in the scheduler) or plain (the stand-ins only, no observer)."""
-    import sglang
-
     install_process_entries(options or EntropyOptions())
     if not observed:
         from egpo.rollout.engine_options import ENV_VAR
 
         os.environ.pop(ENV_VAR, None)  # egpo's plugin acts only where it is set
-    sigquit = signal.getsignal(signal.SIGQUIT)
-    with one_engine_at_a_time():
-        try:
-            running = sglang.Engine(model_path=str(model_dir), **{**ENGINE_ARGS, **engine_args})
-        finally:
-            remove_process_entries()
-        try:
-            yield running
-        finally:
-            running.shutdown()
-            signal.signal(signal.SIGQUIT, sigquit)
+    with started_engine(model_dir, {**ENGINE_ARGS, **engine_args}) as running:
+        yield running
 
 
 def generate(running, prompts, params, **kwargs):
