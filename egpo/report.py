@@ -1,6 +1,6 @@
 """Turns an ablation directory into ``report.md`` with tables and PNG plots.
 
-    python -m egpo.report DIR [--steps 10 30] [--window 5] [--baseline grpo]
+    python -m egpo.report DIR [--steps 10 30] [--window 5] [--baseline grpo] [--arms grpo egpo_rollout] [--out DIR2]
 
 Reads every ``*.jsonl`` under DIR written by verl's file logger (``trainer.logger=[console,file]``: one
 ``{"step": n, "data": {metric: value}}`` line per step), from ``python -m egpo.ablation`` or from GPU runs. A run's
@@ -128,7 +128,7 @@ def pass_at_k_metrics(runs) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
-def pass_at_k_section(runs, root: Path, step: int) -> list[str]:
+def pass_at_k_section(runs, out: Path, step: int) -> list[str]:
     """Every k per arm at ``step`` (mean and spread over seeds), and the curve over k."""
     ks = pass_at_k_metrics(runs)
     if not ks:
@@ -152,7 +152,7 @@ def pass_at_k_section(runs, root: Path, step: int) -> list[str]:
             curves[arm] = curve
             lines.append(f"| {arm} | {n_seeds} | " + " | ".join(cells) + " |")
     lines += ["", "Mean ± standard deviation over seeds.", ""]
-    png = root / "pass_at_k.png"
+    png = out / "pass_at_k.png"
     if plot_pass_at_k(curves, png, step):
         lines[2:2] = [f"![pass@k]({png.name})", ""]
     return lines
@@ -457,9 +457,29 @@ def compared_lines(root: Path, runs) -> list[str]:
     return lines + [""]
 
 
-def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo") -> Path:
+def only_arms(runs, left_out: list[str], arms: list[str], baseline: str, root: Path):
+    """The runs of ``arms`` alone, in that order, and the unfinished ones among them: a report on part of an
+    ablation (its own Holm family). An arm without finished runs, or a baseline outside ``arms``, is refused."""
+    missing = [arm for arm in arms if arm not in runs]
+    if missing:
+        raise SystemExit(f"no finished runs of {', '.join(missing)} under {root}; its arms: {', '.join(sorted(runs))}")
+    if len(arms) > 1 and baseline not in arms:
+        raise SystemExit(f"the baseline {baseline!r} is not among --arms {' '.join(arms)}: add it to --arms, or name "
+                         f"one of them with --baseline")
+    kept = [name for name in left_out if (m := NAME.match(name)) and m["arm"] in arms]
+    return {arm: runs[arm] for arm in arms}, kept
+
+
+def write_report(root: Path, steps: list[int] | None = None, window: int = 5, baseline: str = "grpo",
+                 arms: list[str] | None = None, out: Path | None = None) -> Path:
+    """``report.md``, ``report.csv`` and the plots in ``out`` (default: ``root``), of every arm under ``root`` or
+    of ``arms`` only."""
     left_out: list[str] = []
     runs = load_runs(root, left_out)
+    if arms:
+        runs, left_out = only_arms(runs, left_out, arms, baseline, root)
+    out = root if out is None else out
+    out.mkdir(parents=True, exist_ok=True)
     generated = add_token_metrics(root, runs)
     last = max(s for seeds in runs.values() for series in seeds.values() for s in series)
     steps = steps or sorted({max(1, last // 2), last})
@@ -489,7 +509,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     for metric in present:
         title = titles[metric]
         lines += [f"## {title} (`{metric}`)", ""]
-        png = root / f"{metric.replace('/', '_')}.png"
+        png = out / f"{metric.replace('/', '_')}.png"
         if not metric.startswith("token/") and plot(runs, metric, title, png, window):
             lines += [f"![{title}]({png.name})", ""]
         lines += summary_table(runs, metric, steps, window) + [""]
@@ -497,15 +517,15 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
             lines += [f"Paired per-seed differences from `{baseline}` (95% bootstrap interval of the mean; exact "
                       "Wilcoxon signed-rank p-value, significant below 0.05, and Holm-adjusted over every comparison "
                       "in this report; seeds a paired test would need to see this difference at 80% power):", ""]
-            diff_png = root / f"{metric.replace('/', '_')}_diff.png"
+            diff_png = out / f"{metric.replace('/', '_')}_diff.png"
             if not metric.startswith("token/") and plot_differences(runs, metric, title, diff_png, window, baseline):
                 lines += [f"![{title}, difference from {baseline}]({diff_png.name})", ""]
             lines += paired_table(found_by_metric[metric], baseline, adjusted[metric]) + [""]
-    lines += pass_at_k_section(runs, root, steps[-1])
+    lines += pass_at_k_section(runs, out, steps[-1])
     if compared:
-        rows = write_csv(found_by_metric, baseline, root / "report.csv")
+        rows = write_csv(found_by_metric, baseline, out / "report.csv")
         lines += [f"`report.csv`: the {rows} paired comparisons above, one row per metric, step and arm.", ""]
-    report = root / "report.md"
+    report = out / "report.md"
     report.write_text("\n".join(lines))
     return report
 
@@ -517,12 +537,17 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, nargs="+", default=None, help="steps to tabulate (default: middle, last)")
     parser.add_argument("--window", type=int, default=5)
     parser.add_argument("--baseline", default="grpo")
+    parser.add_argument("--arms", nargs="+", default=None,
+                        help="report these arms only, in this order (the baseline among them): their own comparisons "
+                             "and Holm family (default: every arm under DIR)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for report.md, report.csv and the plots (default: DIR)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    print(f"report: {write_report(args.dir, args.steps, args.window, args.baseline)}")
+    print(f"report: {write_report(args.dir, args.steps, args.window, args.baseline, args.arms, args.out)}")
 
 
 if __name__ == "__main__":

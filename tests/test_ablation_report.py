@@ -216,6 +216,39 @@ def test_one_seed_is_reported_as_untested_and_the_report_opens_with_what_was_com
     assert f"verl {versions['verl']}" in header and f"torch {versions['torch']}" in header
 
 
+def test_a_report_of_some_arms_pairs_them_alone_and_writes_where_it_is_told(tmp_path):
+    """``--arms`` keeps the named arms only (their own comparisons and Holm family), ``--baseline`` pairs them with
+    another arm than grpo, ``--out`` writes the report beside the ablation instead of into it; an arm without runs
+    and a baseline outside the arms are refused, naming the fix."""
+    import csv
+
+    from egpo.report import main
+
+    ablation = tmp_path / "ablation"
+    for seed in range(3):
+        write_run(ablation / f"grpo__seed{seed}.jsonl", [(1, {"egpo/cot_entropy_mean": 0.5})])
+        write_run(ablation / f"egpo_rollout__seed{seed}.jsonl", [(1, {"egpo/cot_entropy_mean": 0.6 + seed})])
+        write_run(ablation / f"egpo_surprisal__seed{seed}.jsonl", [(1, {"egpo/cot_entropy_mean": 0.7 + 2 * seed})])
+    out = tmp_path / "surprisal_vs_rollout"
+    main([str(ablation), "--steps", "1", "--window", "1", "--baseline", "egpo_rollout",
+          "--arms", "egpo_surprisal", "egpo_rollout", "--out", str(out)])
+    report = (out / "report.md").read_text()
+    assert not (ablation / "report.md").exists() and not list(ablation.glob("*.png"))
+    assert "Runs: egpo_surprisal (3 seeds), egpo_rollout (3 seeds)." in report and "grpo (" not in report
+    assert "1 paired comparisons with `egpo_rollout`" in report
+    [row] = list(csv.DictReader((out / "report.csv").open()))
+    # surprisal - rollout per seed: 0.1, 1.1, 2.1
+    assert (row["arm"], row["baseline"]) == ("egpo_surprisal", "egpo_rollout")
+    assert float(row["mean_diff"]) == pytest.approx(1.1)
+    assert (out / "egpo_cot_entropy_mean_diff.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="no finished runs of grpo_stare .*its arms: egpo_rollout, egpo_surprisal, "
+                                         "grpo"):
+        main([str(ablation), "--arms", "grpo", "grpo_stare", "--out", str(out)])
+    with pytest.raises(SystemExit, match="the baseline 'grpo' is not among --arms egpo_surprisal egpo_rollout: add "
+                                         "it to --arms, or name one of them with --baseline"):
+        main([str(ablation), "--arms", "egpo_surprisal", "egpo_rollout", "--out", str(out)])
+
+
 def test_the_ablations_help_says_what_it_does_in_whole_sentences_and_names_each_arm_once():
     from egpo.ablation.arms import ARMS
     from egpo.ablation.cli import parser
