@@ -87,9 +87,9 @@ def sglang_engine(model_dir, options=None, *, patched: bool = True, **engine_arg
         set_engine_entries(run_scheduler_with_state_probe, run_detokenizer_process_with_standins)
     else:
         set_engine_entries(run_plain_scheduler, run_detokenizer_process_with_standins)
-    from egpo.rollout.sglang.versions import sglang_targets
-
     try:
+        from egpo.rollout.sglang.versions import sglang_targets
+
         args = {**ENGINE_ARGS, **dict(sglang_targets().cpu_engine_args), **engine_args}
         with started_engine(model_dir, args) as engine:
             yield engine
