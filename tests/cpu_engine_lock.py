@@ -5,9 +5,9 @@ An engine on 2 cores takes both (its scheduler's loop, torch's and OpenMP's thre
 other far beyond half speed: a 2-step sglang run (about two minutes alone) spent 258 s generating its first step's
 32 responses beside another sglang engine's tests and other load, and hit its 600-s timeout (measured 2026-11-27).
 A test holds this lock from before its engine starts until after it is shut down; a test that waits for it has not
-started its engine, so no timeout of its own runs meanwhile. The lock is a file lock (``flock``): the kernel drops it when its holder exits,
-however it exits, so a killed test never leaves it held. Re-entrant within a process (a test's engine inside a
-fixture's).
+started its engine, so no timeout of its own runs meanwhile. The lock is a file lock (``flock``): the kernel drops it
+when its holder exits, however it exits, so a killed test never leaves it held. Re-entrant within a process (a test's
+engine inside a fixture's).
 """
 
 from __future__ import annotations
