@@ -72,7 +72,8 @@ def worker_env(rank: int = 0, world: int = 1):
                 os.environ[k] = v
 
 
-def make_worker(cfg, lr: float, clip: float = 1.0, dynamic_budget: int | None = None, rank: int = 0, world: int = 1):
+def make_worker(cfg, lr: float, clip: float = 1.0, dynamic_budget: int | None = None, rank: int = 0, world: int = 1,
+                eps: float | None = None):
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import TrainingWorkerConfig
     from verl.workers.utils.losses import ppo_loss
@@ -82,7 +83,9 @@ def make_worker(cfg, lr: float, clip: float = 1.0, dynamic_budget: int | None = 
     actor_config.model_config = model_config
     config = TrainingWorkerConfig(model_type="language_model", model_config=model_config,
                                   engine_config=actor_config.engine,
-                                  optimizer_config=dataclasses.replace(actor_config.optim, lr=lr, clip_grad=clip),
+                                  optimizer_config=dataclasses.replace(
+                                      actor_config.optim, lr=lr, clip_grad=clip,
+                                      override_optimizer_config=None if eps is None else {"eps": eps}),
                                   checkpoint_config=actor_config.checkpoint)
     engine = config.engine_config
     engine.use_dynamic_bsz = dynamic_budget is not None

@@ -1,6 +1,7 @@
 """One data-parallel rank of a probed engine-actor update with attribution (tests/test_probe_engine.py runs one
 process per rank): rows split over the ranks in order, so prompt groups straddle ranks as verl's balancing leaves
-them. Rank 0 writes the update's probe metrics and a parameter checksum as JSON.
+them; the first AdamW step conditioned as tests/probe_figures.py says. Rank 0 writes the update's probe metrics
+and a parameter checksum as JSON.
 
     python tests/probe_ranks.py MODEL_PATH OUT_JSON [UID,UID,...]   (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
 
@@ -18,6 +19,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(__file__))
 
 from engine_actor import B, batch, compose_actor_config, engine_batch, make_worker, on_policy, select_cpu, weights  # noqa: E402
+from probe_figures import CONDITIONED_EPS  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from egpo.probe.engine_probe import EngineProbe  # noqa: E402
@@ -31,7 +33,7 @@ def main(model_path: str, out: str, uids: list[str] | None) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     cfg = compose_actor_config(model_path)
     select_cpu(cfg)
-    worker = make_worker(cfg, lr=1e-5, clip=1e9, rank=rank, world=world)
+    worker = make_worker(cfg, lr=1e-5, clip=1e9, rank=rank, world=world, eps=CONDITIONED_EPS)
     worker.egpo_probe = EngineProbe(worker, ProbeSettings(enable=True, attribution=True))
     rows = np.array_split(np.arange(B), world)[rank]
     data = on_policy(worker, batch(GROUPS_OF, rows=rows, uids=uids))

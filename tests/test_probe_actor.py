@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from conftest import VERL
-from probe_figures import assert_same_figures_across_splits
+from probe_figures import CONDITIONED_EPS, assert_same_figures_across_splits
 
 if VERL != "0.7.1":
     pytest.skip(f"verl {VERL} has no DataParallelPPOActor; its probe is tested around the engine's TrainingWorker "
@@ -158,7 +158,8 @@ def test_attribution_splits_the_fresh_part_by_prompt_pairs(setup):
 
 
 def attribution_update(setup, **actor_changes):
-    """One on-policy probed update with attribution (groups of 4 rows) under the given actor settings."""
+    """One on-policy probed update with attribution (groups of 4 rows) under the given actor settings, its first
+    AdamW step conditioned (CONDITIONED_EPS)."""
     import dataclasses
 
     import numpy as np
@@ -168,7 +169,7 @@ def attribution_update(setup, **actor_changes):
     actor_cfg = dataclasses.replace(actor_cfg, grad_clip=1e9, **actor_changes)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
     actor = DataParallelPPOActor(config=actor_cfg, actor_module=model,
-                                 actor_optimizer=torch.optim.AdamW(model.parameters(), lr=1e-5))
+                                 actor_optimizer=torch.optim.AdamW(model.parameters(), lr=1e-5, eps=CONDITIONED_EPS))
     ActorProbe(actor, ProbeSettings(enable=True, attribution=True), "cpu")
     data = DataProto(batch=batch().clone(), meta_info={"temperature": 1.0, "pad_token_id": 0, "micro_batch_size": B,
                                                        "use_dynamic_bsz": False})
