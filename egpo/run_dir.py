@@ -164,12 +164,16 @@ class RunOutputs:
         self._log = self._streams = None
         self._end = _RunnerEnd()
         self._started: float | None = None  # when the attempt's console began to be copied
+        self._ray_before = False  # whether this process was connected to Ray before the attempt
 
     def __enter__(self):
         if self.where is None:
             return self
+        import ray
+
         from egpo.run_state import METRICS_FILE, continue_metrics
 
+        self._ray_before = ray.is_initialized()
         self.where.mkdir(parents=True, exist_ok=True)
         resume = resumed_step(self.config, self.where)
         continue_metrics(self.where, resume)
@@ -196,12 +200,23 @@ class RunOutputs:
         join_attempt_metrics(self.where)
         if kind is None:  # Ray forwards the runner's last lines after its run returned
             self._end.all_ended.wait(timeout=SUMMARY_WAIT_S)
+            self._release_held_worker_lines()
             seconds = self._end.seconds if self._end.seconds is not None else time.monotonic() - self._started
             for line in summary_lines(self.where, logged_steps(self.where), self.config, seconds):
                 print(line, flush=True)
         sys.stdout, sys.stderr = self._streams
         self._log.close()
         return False
+
+    def _release_held_worker_lines(self) -> None:
+        """Ray's driver holds back a worker's line that another worker printed too (digits aside) within its
+        deduplication window, until the next forwarded batch or its shutdown, and the process's exit would shut it
+        down after the closing summary. Once the runner's last lines came through the run is over: the Ray this
+        attempt connected to is shut down here, and those lines come before the summary."""
+        import ray
+
+        if ray.is_initialized() and not self._ray_before:
+            ray.shutdown()
 
 
 def end_runner_output(config: DictConfig, seconds: float) -> None:

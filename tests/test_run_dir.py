@@ -7,6 +7,7 @@ import pprint
 import sys
 
 import pytest
+from conftest import VERL
 from omegaconf import OmegaConf
 
 from egpo import run_dir
@@ -254,8 +255,6 @@ def test_egpos_trainer_is_built_without_verls_deprecation_of_the_trainer_it_buil
     import re
     import warnings
 
-    from conftest import VERL
-
     if VERL != "0.9.1":
         pytest.skip("verl 0.7.1's RayPPOTrainer is not deprecated")
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -269,3 +268,52 @@ def test_egpos_trainer_is_built_without_verls_deprecation_of_the_trainer_it_buil
     messages = [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
     assert messages and all(re.match(DEPRECATED_TRAINER, m) for m in messages), messages
     assert not re.match(DEPRECATED_TRAINER, "Warning: Class 'verl.other.Thing' is deprecated.")
+
+
+HELD_LINE_SCRIPT = """
+import sys
+import time
+
+import ray
+from omegaconf import OmegaConf
+from egpo import run_dir
+
+cfg = OmegaConf.create({"trainer": {"default_local_dir": sys.argv[1], "logger": ["console"], "save_freq": -1,
+                                    "resume_mode": "auto"}})
+run_dir.complete_run_outputs(cfg)
+
+
+@ray.remote(num_cpus=0)
+class Worker:
+    def say(self, text):
+        print(text, flush=True)
+
+    def end(self, cfg):
+        run_dir.end_runner_output(cfg, 1.0)
+
+
+with run_dir.RunOutputs(cfg):
+    ray.init(num_cpus=2, include_dashboard=False)
+    one, two = Worker.remote(), Worker.remote()
+    ray.get(one.say.remote("a line two workers print"))
+    time.sleep(2)  # Ray forwards the first at once, and holds the second back for its deduplication
+    ray.get(two.say.remote("a line two workers print"))
+    ray.get(one.end.remote(cfg))
+"""
+
+
+@pytest.mark.skipif(VERL != "0.9.1", reason="Ray's driver is the same on both stacks (Ray 2.60): run on one")
+def test_a_worker_line_ray_held_back_comes_before_the_closing_summary(tmp_path):
+    """Ray's driver holds back a line another worker printed too (its log deduplication) until its next forwarded
+    batch or its shutdown; the process's exit printed it after the closing summary. Real Ray, in a process of its
+    own: the held line comes before the summary, and the summary is the last output."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DEDUP_LOGS", "VERL_FILE_LOGGER_PATH")}
+    proc = subprocess.run([sys.executable, "-c", HELD_LINE_SCRIPT, str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    said = [i for i, line in enumerate(lines) if "a line two workers print" in line]
+    assert len(said) == 2, proc.stdout
+    assert lines[-1].startswith(run_dir.NO_STEPS_LINE), proc.stdout  # the summary of a run that logged no step
