@@ -10,6 +10,7 @@ import weakref
 from dataclasses import dataclass
 
 from egpo.advantage.config import EgpoAlgorithmConfig
+from egpo.advantage.token_selection import SELECTING
 from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.engines import ENGINES
 from egpo.errors import EgpoConfigError  # noqa: F401 - egpo.settings.EgpoConfigError, as callers import it
@@ -72,8 +73,13 @@ class EgpoSettings:
 
     @property
     def selects_tokens(self) -> bool:
-        """The actor update trains on the batch's top-entropy tokens only."""
-        return self.enabled and self.algo.egpo_token_selection == "top_entropy"
+        """The actor update trains on the top-entropy tokens only (the batch's, or each response's)."""
+        return self.enabled and self.algo.egpo_token_selection in SELECTING
+
+    @property
+    def selects_per_response(self) -> bool:
+        """The top-entropy tokens are each response's own (``top_entropy_per_response``)."""
+        return self.selects_tokens and self.algo.egpo_token_selection == "top_entropy_per_response"
 
     @property
     def entropy_key(self) -> str:
@@ -104,8 +110,9 @@ class EgpoSettings:
         algo = self.algo
         form = "per-token bonus (Cheng et al.)" if algo.egpo_granularity == "token" else "per-response bonus"
         where = "the thinking span" if algo.egpo_span == "cot" else "every response token"
-        selection = (f"; policy gradient on the top {algo.egpo_top_entropy_quantile:g} of the batch's tokens by "
-                     "entropy (egpo_token_selection=top_entropy)" if self.selects_tokens else "")
+        scope = "each response's" if self.selects_per_response else "the batch's"
+        selection = (f"; policy gradient on the top {algo.egpo_top_entropy_quantile:g} of {scope} tokens by "
+                     f"entropy (egpo_token_selection={algo.egpo_token_selection})" if self.selects_tokens else "")
         return (f"egpo_granularity={algo.egpo_granularity} egpo_span={algo.egpo_span}: {form}, entropy read over "
                 f"{where}, from the {SOURCE_WORDS[algo.entropy_source]}, egpo_lambda={algo.egpo_lambda} "
                 f"egpo_alpha={algo.egpo_alpha}{selection}")

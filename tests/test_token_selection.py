@@ -101,6 +101,61 @@ def test_torch_quantile_threshold_keeps_the_same_tokens_or_one_fewer(n, seed, qu
     assert int(ours.sum() - interpolated.sum()) in (0, 1)
 
 
+def test_hand_worked_batch_per_response():
+    # quantile 0.5 of each response: row 0 has 4 valid tokens, keeps 2 (0.9, 0.8); row 1 has 2, keeps 1 (0.3, its
+    # own top, though the batch's top ceil(0.5 x 6) = 3 take none of its tokens); row 2 has none, keeps none
+    entropy = torch.tensor([[0.9, 0.1, 0.5, 0.8], [0.3, 0.2, 0.95, 0.6], [0.7, 0.7, 0.7, 0.7]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    selection = top_entropy_mask(entropy, mask, 0.5, per_response=True)
+    assert torch.equal(selection.mask, torch.tensor([[1, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0]]))
+    assert selection.n_valid == 6 and selection.n_kept == 3 and selection.threshold is None
+    assert selection.kept_entropy_mean == pytest.approx((0.9 + 0.8 + 0.3) / 3)
+    metrics = selection.metrics()
+    assert metrics["egpo/token_selection/response_threshold_mean"] == pytest.approx((0.8 + 0.3) / 2)
+    assert "egpo/token_selection/entropy_threshold" not in metrics
+    assert torch.equal(top_entropy_mask(entropy, mask, 0.5).mask,  # the batch's top 3
+                       torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 6), cols=st.integers(1, 9), seed=st.integers(0, 2**31 - 1),
+    quantile=st.sampled_from([0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 0.8, 0.95, 1.0, 0.1234567890123456]),
+    levels=st.sampled_from([0, 3]),
+)
+def test_per_response_matches_the_float64_reference_row_by_row(rows, cols, seed, quantile, levels):
+    """Each row's selection is the batch reference applied to that row alone (the many-digit quantile takes the
+    exact path in Python's integers)."""
+    g = torch.Generator().manual_seed(seed)
+    entropy = torch.rand(rows, cols, generator=g)
+    if levels:
+        entropy = torch.floor(entropy * levels) / levels
+    mask = (torch.rand(rows, cols, generator=g) < 0.7).long()
+    selection = top_entropy_mask(entropy, mask, quantile, per_response=True)
+    expected = np.stack([reference_mask(entropy[i:i + 1].numpy(), mask[i:i + 1].numpy(), quantile)[0]
+                         for i in range(rows)])
+    assert np.array_equal(selection.mask.numpy() != 0, expected)
+    assert selection.n_kept == int(expected.sum()) and selection.n_valid == int(mask.sum())
+
+
+def test_a_many_digit_quantile_over_long_responses_keeps_the_exact_count():
+    """ceil(quantile x N_i) outside int64 (denominator 1e16, 600 tokens) takes Python's integers: the reference's
+    count, row by row."""
+    from fractions import Fraction
+
+    quantile = 0.1234567890123457
+    assert Fraction(repr(quantile)).denominator * 600 >= 2**62
+    g = torch.Generator().manual_seed(5)
+    entropy = torch.rand(3, 600, generator=g, dtype=torch.float64)
+    mask = torch.ones(3, 600, dtype=torch.long)
+    mask[1, 450:] = 0
+    selection = top_entropy_mask(entropy, mask, quantile, per_response=True)
+    expected = np.stack([reference_mask(entropy[i:i + 1].numpy(), mask[i:i + 1].numpy(), quantile)[0]
+                         for i in range(3)])
+    assert np.array_equal(selection.mask.numpy() != 0, expected)
+    assert selection.mask.sum(1).tolist() == [kept_count(n, quantile) for n in (600, 450, 600)]
+
+
 def test_no_valid_token_and_bad_input():
     empty = top_entropy_mask(torch.rand(2, 3), torch.zeros(2, 3, dtype=torch.long), 0.2)
     assert empty.n_kept == 0 and empty.threshold is None
@@ -114,7 +169,7 @@ def test_no_valid_token_and_bad_input():
     for bad in (0, 0.0, -0.1, 1.5, True, "0.2"):
         with pytest.raises(ValueError, match=r"egpo_top_entropy_quantile must lie in \(0, 1\]"):
             validate_token_selection("top_entropy", bad)
-    with pytest.raises(ValueError, match="'all', 'top_entropy'"):
+    with pytest.raises(ValueError, match="'all', 'top_entropy', 'top_entropy_per_response'"):
         validate_token_selection("top-entropy", 0.2)
 
 
@@ -163,7 +218,11 @@ def test_settings_read_the_selection():
     settings = EgpoSettings.from_algorithm(cfg.algorithm)
     assert settings.selects_tokens and settings.algo.egpo_top_entropy_quantile == 0.3
     assert "policy gradient on the top 0.3 of the batch's tokens by entropy" in settings.variant
-    assert not EgpoSettings.from_algorithm(smoke().algorithm).selects_tokens
+    assert not EgpoSettings.from_algorithm(smoke().algorithm).selects_tokens and not settings.selects_per_response
+    per_response = EgpoSettings.from_algorithm(
+        smoke("++algorithm.egpo_token_selection=top_entropy_per_response").algorithm)
+    assert per_response.selects_tokens and per_response.selects_per_response
+    assert "policy gradient on the top 0.2 of each response's tokens by entropy" in per_response.variant
     with pytest.raises(EgpoConfigError, match="egpo_top_entropy_quantile must lie"):
         EgpoSettings.from_algorithm(smoke("++algorithm.egpo_token_selection=top_entropy",
                                           "++algorithm.egpo_top_entropy_quantile=0").algorithm)
@@ -175,13 +234,14 @@ def test_settings_read_the_selection():
     ("actor_rollout_ref.actor.use_kl_loss=true",),
     ("algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true"),
 ])
-def test_a_loss_that_is_not_the_policy_gradient_alone_is_refused_with_a_fix_that_works(conflict):
+@pytest.mark.parametrize("scope", ["top_entropy", "top_entropy_per_response"])
+def test_a_loss_that_is_not_the_policy_gradient_alone_is_refused_with_a_fix_that_works(conflict, scope):
     from egpo.preflight.findings import refuse
     from egpo.preflight.token_selection import check_token_selection
 
-    selection = ("++algorithm.egpo_token_selection=top_entropy",)
+    selection = (f"++algorithm.egpo_token_selection={scope}",)
     cfg = smoke(*selection, *conflict)
-    with pytest.raises(EgpoConfigError) as err:
+    with pytest.raises(EgpoConfigError, match=f"egpo_token_selection={scope} ") as err:
         refuse(check_token_selection(cfg, EgpoSettings.from_algorithm(cfg.algorithm)))
     (fix,) = err.value.fixes
     assert " ".join(fix) in str(err.value)

@@ -293,18 +293,21 @@ def test_zero_entropy_on_padding_only_is_a_real_entropy():
     assert actor_entropy_computed(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))  # nothing to read
 
 
-@pytest.mark.parametrize("source, quantile, variant", [
-    ("actor", 0.25, ()), ("actor", 1.0, ()), ("rollout", 0.25, ()), ("rollout", 1.0, ()),
-    ("rollout", 0.25, ("algorithm.egpo_lambda=0",)), ("actor", 0.25, ("algorithm.egpo_granularity=token",)),
-    ("rollout", 0.25, ("algorithm.egpo_span=response",)),
-], ids=["actor", "actor-q1", "rollout", "rollout-q1", "grpo", "token", "respspan"])
-def test_top_entropy_selection_narrows_only_the_update(source, quantile, variant):
-    """egpo_token_selection=top_entropy: the actor update sees the response mask narrowed to the batch's top-entropy
-    tokens of the chosen source (all of them, bit for bit, at quantile 1); the advantage, the batch after the update
-    and the mask verl's step metrics read are the full ones."""
+@pytest.mark.parametrize("source, quantile, variant, scope", [
+    ("actor", 0.25, (), "top_entropy"), ("actor", 1.0, (), "top_entropy"), ("rollout", 0.25, (), "top_entropy"),
+    ("rollout", 1.0, (), "top_entropy"), ("rollout", 0.25, ("algorithm.egpo_lambda=0",), "top_entropy"),
+    ("actor", 0.25, ("algorithm.egpo_granularity=token",), "top_entropy"),
+    ("rollout", 0.25, ("algorithm.egpo_span=response",), "top_entropy"),
+    ("rollout", 0.25, (), "top_entropy_per_response"), ("actor", 0.5, (), "top_entropy_per_response"),
+], ids=["actor", "actor-q1", "rollout", "rollout-q1", "grpo", "token", "respspan", "rollout-per-response",
+        "actor-per-response"])
+def test_top_entropy_selection_narrows_only_the_update(source, quantile, variant, scope):
+    """egpo_token_selection=top_entropy (or top_entropy_per_response): the actor update sees the response mask
+    narrowed to the batch's (or each response's) top-entropy tokens of the chosen source (all of them, bit for bit, at
+    quantile 1); the advantage, the batch after the update and the mask verl's step metrics read are the full ones."""
     from egpo.advantage.token_selection import top_entropy_mask
 
-    selection = ("algorithm.egpo_token_selection=top_entropy", f"algorithm.egpo_top_entropy_quantile={quantile}")
+    selection = (f"algorithm.egpo_token_selection={scope}", f"algorithm.egpo_top_entropy_quantile={quantile}")
     actor_entropy = torch.rand(BS, L, generator=torch.Generator().manual_seed(1))
     runs = {}
     for selected in (False, True):
@@ -317,7 +320,10 @@ def test_top_entropy_selection_narrows_only_the_update(source, quantile, variant
         batch, _, output = run_step(trainer, batch, bypass=False)
         runs[selected] = (batch, trainer.actor_rollout_wg, output.meta_info["metrics"])
     (plain, plain_wg, plain_metrics), (chosen, chosen_wg, metrics) = runs[False], runs[True]
-    expected = top_entropy_mask(entropy, full_mask, quantile)
+    per_response = scope == "top_entropy_per_response"
+    expected = top_entropy_mask(entropy, full_mask, quantile, per_response=per_response)
+    if per_response:  # not the batch's selection: each response keeps its own share
+        assert not torch.equal(expected.mask, top_entropy_mask(entropy, full_mask, quantile).mask)
     assert torch.equal(plain_wg.update_mask, full_mask)
     assert torch.equal(chosen_wg.update_mask, expected.mask) and chosen_wg.update_mask.dtype == full_mask.dtype
     if quantile == 1.0:
@@ -328,7 +334,10 @@ def test_top_entropy_selection_narrows_only_the_update(source, quantile, variant
     assert UPDATE_MASK not in chosen_wg.update_keys
     assert torch.equal(chosen.batch["advantages"], plain.batch["advantages"])
     assert metrics["egpo/token_selection/kept_frac"] == expected.n_kept / expected.n_valid
-    assert metrics["egpo/token_selection/entropy_threshold"] == expected.threshold
+    if per_response:
+        assert metrics["egpo/token_selection/response_threshold_mean"] == expected.response_threshold_mean
+    else:
+        assert metrics["egpo/token_selection/entropy_threshold"] == expected.threshold
     assert not any(k.startswith("egpo/token_selection/") for k in plain_metrics)
 
 

@@ -35,9 +35,11 @@ class EgpoAlgorithmConfig:
     egpo_span: str = _key("cot", "cot: the entropy inside <think> ... </think>; response: over every valid response "
                                  "token (no thinking markers needed)", SPANS)
     egpo_token_selection: str = _key("all", "all: the policy gradient over every valid response token; top_entropy: "
-                                            "the 80/20 rule (Wang et al. 2506.01939)", TOKEN_SELECTIONS)
-    egpo_top_entropy_quantile: float = _key(0.2, "the fraction of the batch's valid response tokens top_entropy keeps, "
-                                                 "in (0, 1]")
+                                            "the 80/20 rule (Wang et al. 2506.01939), the batch's top tokens by "
+                                            "entropy; top_entropy_per_response: each response's own top tokens",
+                                     TOKEN_SELECTIONS)
+    egpo_top_entropy_quantile: float = _key(0.2, "the fraction of the batch's (or each response's) valid response "
+                                                 "tokens top_entropy keeps, in (0, 1]")
     egpo_token_reweighting: str = _key("none", "none: the advantages as computed; stare: the highest-surprisal "
                                                "tokens' advantages reweighted while the batch entropy is below a "
                                                "target (Luo et al. 2606.19236)", TOKEN_REWEIGHTINGS)

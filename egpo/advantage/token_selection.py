@@ -14,6 +14,11 @@ at or above it is kept (ties at the threshold are all kept, so a batch can keep 
 every valid token: the mask returned equals the one given, bit for bit. torch.quantile's linear interpolation
 (TRL's ``top_entropy_quantile``) keeps the same tokens or one fewer.
 
+``egpo_token_selection=top_entropy_per_response`` takes the same order statistic within each response instead:
+response i keeps its valid tokens at or above the k_i-th largest of its own entropies, k_i = ceil(quantile * N_i), so
+every response with a valid token keeps at least one, and a long, uncertain response does not take the batch's share
+from a short, confident one (the rollout-scoped top mask of verl research forks).
+
 A valid token whose entropy is not finite (a NaN or inf from a bf16 overflow or a bad engine row) is never kept and is
 counted (``egpo/token_selection/nonfinite_tokens``); the quantile is taken over the finite ones, as the estimator
 skips such values. A batch with more than :data:`NONFINITE_SHARE_LIMIT` of its valid tokens non-finite stops the run:
@@ -28,7 +33,8 @@ from fractions import Fraction
 
 import torch
 
-TOKEN_SELECTIONS = ("all", "top_entropy")
+TOKEN_SELECTIONS = ("all", "top_entropy", "top_entropy_per_response")
+SELECTING = ("top_entropy", "top_entropy_per_response")  # the selections that narrow the mask
 NONFINITE_SHARE_LIMIT = 0.01  # above this share of a batch's valid tokens, non-finite entropy stops the run
 
 
@@ -38,7 +44,8 @@ def validate_token_selection(selection: str, quantile: float) -> None:
         raise ValueError(
             f"algorithm.egpo_token_selection={selection!r} is not one of "
             f"{', '.join(repr(s) for s in TOKEN_SELECTIONS)}: 'all' trains on every response token, 'top_entropy' "
-            "only on the batch's highest-entropy tokens (algorithm.egpo_top_entropy_quantile of them)"
+            "only on the batch's highest-entropy tokens (algorithm.egpo_top_entropy_quantile of them), "
+            "'top_entropy_per_response' on each response's own highest-entropy tokens (that share of each)"
         )
     if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile <= 1:
         raise ValueError(
@@ -55,11 +62,12 @@ def kept_count(n_valid: int, quantile: float) -> int:
 @dataclass(frozen=True)
 class TokenSelection:
     mask: torch.Tensor  # the response mask narrowed to the kept tokens, same shape and dtype
-    threshold: float | None  # the entropy at or above which a valid token is kept (None: no valid token)
-    n_valid: int
+    threshold: float | None  # the entropy at or above which a valid token is kept (None: no valid token, or per
+    n_valid: int             # response, where each response has its own: their mean is response_threshold_mean)
     n_kept: int
     kept_entropy_mean: float | None
     n_nonfinite: int = 0  # valid tokens whose entropy is NaN or inf: never kept
+    response_threshold_mean: float | None = None  # per response: the mean of the responses' own thresholds
 
     def metrics(self) -> dict[str, float]:
         """Step metrics; the threshold and the kept tokens' mean entropy only where the batch had valid tokens."""
@@ -68,12 +76,17 @@ class TokenSelection:
                    "egpo/token_selection/nonfinite_tokens": float(self.n_nonfinite)}
         if self.threshold is not None:
             metrics["egpo/token_selection/entropy_threshold"] = self.threshold
+        if self.response_threshold_mean is not None:
+            metrics["egpo/token_selection/response_threshold_mean"] = self.response_threshold_mean
+        if self.kept_entropy_mean is not None:
             metrics["egpo/token_selection/kept_entropy_mean"] = self.kept_entropy_mean
         return metrics
 
 
-def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantile: float) -> TokenSelection:
-    """``response_mask`` narrowed to the valid tokens whose ``entropy`` is in the batch's top ``quantile``.
+def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantile: float,
+                     per_response: bool = False) -> TokenSelection:
+    """``response_mask`` narrowed to the valid tokens whose ``entropy`` is in the batch's top ``quantile`` (or, with
+    ``per_response``, in their own response's top ``quantile``).
 
     ``entropy`` and ``response_mask``: (batch, response_length); a token is valid where the mask is nonzero. Valid
     tokens with a non-finite entropy are never kept; above :data:`NONFINITE_SHARE_LIMIT` of them the batch is refused.
@@ -94,6 +107,8 @@ def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantil
                          "the step's NaN or inf in egpo/*entropy* and the rollout's logits")
     if n_valid == 0:
         return TokenSelection(response_mask * finite.to(response_mask.dtype), None, 0, 0, None, n_nonfinite)
+    if per_response:
+        return _per_response(entropy, response_mask, finite, quantile, n_valid, n_nonfinite)
     k = kept_count(n_valid, quantile)
     threshold = torch.kthvalue(values, n_valid - k + 1).values  # the k-th largest
     keep = finite & (entropy >= threshold)
@@ -105,4 +120,30 @@ def top_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, quantil
         n_kept=kept.numel(),
         kept_entropy_mean=float(kept.double().mean()),
         n_nonfinite=n_nonfinite,
+    )
+
+
+def _per_response(entropy, response_mask, finite, quantile: float, n_valid: int, n_nonfinite: int) -> TokenSelection:
+    """Each row's own order statistic, all rows at once: the rows' finite valid entropies sorted from the highest
+    (the others last, as -inf), the k_i-th of row i its threshold; a row without a valid token keeps nothing."""
+    per_row = finite.sum(dim=1)  # N_i
+    q = Fraction(repr(float(quantile)))
+    if q.denominator * int(per_row.max()) < 2**62:  # ceil(quantile * N_i) as kept_count, in int64
+        k = (per_row * q.numerator + q.denominator - 1) // q.denominator
+    else:  # a quantile of many decimal digits: in Python's integers, once per distinct response length
+        lengths, inverse = per_row.unique(return_inverse=True)
+        k = torch.tensor([kept_count(int(n), quantile) for n in lengths.tolist()], device=per_row.device)[inverse]
+    ranked = entropy.masked_fill(~finite, float("-inf")).sort(dim=1, descending=True).values
+    thresholds = ranked.gather(1, (k - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    keep = finite & (entropy >= thresholds.unsqueeze(1))
+    kept = entropy[keep]
+    rows = per_row > 0
+    return TokenSelection(
+        mask=response_mask * keep.to(response_mask.dtype),
+        threshold=None,
+        n_valid=n_valid,
+        n_kept=kept.numel(),
+        kept_entropy_mean=float(kept.double().mean()),
+        n_nonfinite=n_nonfinite,
+        response_threshold_mean=float(thresholds[rows].double().mean()),
     )

@@ -1,10 +1,11 @@
-"""The 80/20 rule's loss (``algorithm.egpo_token_selection=top_entropy``): what it needs of the estimator, the loss
-and the actor, checked before Ray starts."""
+"""The 80/20 rule's loss (``algorithm.egpo_token_selection=top_entropy`` or ``top_entropy_per_response``): what it
+needs of the estimator, the loss and the actor, checked before Ray starts."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from egpo.advantage.token_selection import SELECTING
 from egpo.compat.workers import worker_family
 from egpo.preflight.findings import Finding, error
 from egpo.settings import EgpoSettings, fix_text
@@ -15,8 +16,8 @@ def token_mean_per_micro_batch(config: DictConfig, settings: EgpoSettings) -> bo
     legacy ``DataParallelPPOActor``: its policy losses get no global token count, ``config.global_batch_info``, which
     only its engine workers fill). At quantile 1 the mask is the full response mask, weighted as GRPO's own loss is."""
     mode = config.actor_rollout_ref.actor.get("loss_agg_mode", "token-mean")
-    return (settings.algo.egpo_token_selection == "top_entropy" and settings.algo.egpo_top_entropy_quantile < 1 and mode == "token-mean"
-            and worker_family(config) == "legacy")
+    return (settings.algo.egpo_token_selection in SELECTING and settings.algo.egpo_top_entropy_quantile < 1
+            and mode == "token-mean" and worker_family(config) == "legacy")
 
 
 def check_token_selection(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
@@ -24,7 +25,8 @@ def check_token_selection(config: DictConfig, settings: EgpoSettings) -> list[Fi
     egpo's estimator (the mask is set from the entropy it keeps), a loss that is the policy gradient alone (verl's
     entropy bonus and KL loss would be aggregated over the kept tokens only) and an actor that takes that loss's token
     mean over the whole mini-batch (:func:`token_mean_per_micro_batch`)."""
-    if settings.algo.egpo_token_selection != "top_entropy":
+    selection = settings.algo.egpo_token_selection
+    if selection not in SELECTING:
         return []
     actor = config.actor_rollout_ref.actor
     problems, fix = [], []
@@ -50,6 +52,7 @@ def check_token_selection(config: DictConfig, settings: EgpoSettings) -> list[Fi
             fix.append("++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2")
     if problems:
         fixes = (tuple(fix),)
-        return [error("80/20", "algorithm.egpo_token_selection=top_entropy (the 80/20 rule: the policy gradient over "
-                      f"the batch's top-entropy tokens) needs: {'; '.join(problems)}. Fix: {fix_text(fixes)}", fixes)]
+        scope = "each response's" if selection == "top_entropy_per_response" else "the batch's"
+        return [error("80/20", f"algorithm.egpo_token_selection={selection} (the 80/20 rule: the policy gradient over "
+                      f"{scope} top-entropy tokens) needs: {'; '.join(problems)}. Fix: {fix_text(fixes)}", fixes)]
     return []

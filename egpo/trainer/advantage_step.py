@@ -120,7 +120,8 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
     batch["returns"] = returns
     selection = None
     if settings.selects_tokens:  # the 80/20 rule: the mask the actor update trains on, from the same entropy
-        selection = top_entropy_mask(entropy, batch["response_mask"], algo.egpo_top_entropy_quantile)
+        selection = top_entropy_mask(entropy, batch["response_mask"], algo.egpo_top_entropy_quantile,
+                                     per_response=settings.selects_per_response)
         batch[UPDATE_MASK] = selection.mask
     for key in TRANSIENT_BATCH_KEYS:
         if key in batch.keys():
