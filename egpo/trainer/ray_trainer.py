@@ -164,9 +164,9 @@ def update_mask_applied(batch: DataProto, selects_tokens: bool):
     if update_mask is None:
         if selects_tokens:
             raise advantage_step.MissingEntropyError(
-                "algorithm.egpo_token_selection=top_entropy, but the batch reached the actor update without egpo's "
-                f"'{UPDATE_MASK}': the advantage did not run through egpo's estimator. Run through `python -m "
-                "egpo.main` with algorithm.adv_estimator=egpo.")
+                "algorithm.egpo_token_selection selects top-entropy tokens, but the batch reached the actor update "
+                f"without egpo's '{UPDATE_MASK}': the advantage did not run through egpo's estimator. Run through "
+                "`python -m egpo.main` with algorithm.adv_estimator=egpo.")
         yield
         return
     full_mask = tensors["response_mask"]
