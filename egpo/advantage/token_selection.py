@@ -17,7 +17,7 @@ every valid token: the mask returned equals the one given, bit for bit. torch.qu
 ``egpo_token_selection=top_entropy_per_response`` takes the same order statistic within each response instead:
 response i keeps its valid tokens at or above the k_i-th largest of its own entropies, k_i = ceil(quantile * N_i), so
 every response with a valid token keeps at least one, and a long, uncertain response does not take the batch's share
-from a short, confident one (the rollout-scoped top mask of verl research forks).
+from a short, confident one.
 
 A valid token whose entropy is not finite (a NaN or inf from a bf16 overflow or a bad engine row) is never kept and is
 counted (``egpo/token_selection/nonfinite_tokens``); the quantile is taken over the finite ones, as the estimator
@@ -62,8 +62,10 @@ def kept_count(n_valid: int, quantile: float) -> int:
 @dataclass(frozen=True)
 class TokenSelection:
     mask: torch.Tensor  # the response mask narrowed to the kept tokens, same shape and dtype
-    threshold: float | None  # the entropy at or above which a valid token is kept (None: no valid token, or per
-    n_valid: int             # response, where each response has its own: their mean is response_threshold_mean)
+    # the entropy at or above which a valid token is kept; None without a valid token, and per response, where each
+    # response has its own (their mean: response_threshold_mean)
+    threshold: float | None
+    n_valid: int
     n_kept: int
     kept_entropy_mean: float | None
     n_nonfinite: int = 0  # valid tokens whose entropy is NaN or inf: never kept
