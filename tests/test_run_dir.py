@@ -293,7 +293,7 @@ class Worker:
 
 
 with run_dir.RunOutputs(cfg):
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address=sys.argv[2])  # the test's own cluster, on ports of its own
     one, two = Worker.remote(), Worker.remote()
     ray.get(one.say.remote("a line two workers print"))
     time.sleep(2)  # Ray forwards the first at once, and holds the second back for its deduplication
@@ -305,13 +305,20 @@ with run_dir.RunOutputs(cfg):
 @pytest.mark.skipif(VERL != "0.9.1", reason="Ray's driver is the same on both stacks (Ray 2.60): run on one")
 def test_a_worker_line_ray_held_back_comes_before_the_closing_summary(tmp_path):
     """Ray's driver holds back a line another worker printed too (its log deduplication) until its next forwarded
-    batch or its shutdown; the process's exit printed it after the closing summary. Real Ray, in a process of its
-    own: the held line comes before the summary, and the summary is the last output."""
+    batch or its shutdown; the process's exit printed it after the closing summary. Real Ray (a cluster of the
+    test's own, its driver in a process of its own): the held line comes before the summary, and the summary is the
+    last output."""
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DEDUP_LOGS", "VERL_FILE_LOGGER_PATH")}
-    proc = subprocess.run([sys.executable, "-c", HELD_LINE_SCRIPT, str(tmp_path / "run")], capture_output=True,
-                          text=True, timeout=300, env=env)
+    from ray_cluster import start_cluster
+
+    cluster = start_cluster(num_cpus=2, num_gpus=0, resources={})
+    try:
+        env = {k: v for k, v in cluster.env.items() if k not in ("RAY_DEDUP_LOGS", "VERL_FILE_LOGGER_PATH")}
+        proc = subprocess.run([sys.executable, "-c", HELD_LINE_SCRIPT, str(tmp_path / "run"), cluster.gcs],
+                              capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        cluster.stop()
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     said = [i for i, line in enumerate(lines) if "a line two workers print" in line]
