@@ -17,21 +17,6 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 from egpo.compat.versions import verl_version  # noqa: E402
 
 VERL = verl_version()
-def require_sglang():
-    """Skips unless sglang is installed; imports it as egpo's processes do (CPU stand-ins first: sglang 0.5.12's
-    top-level import needs torchvision)."""
-    from egpo.rollout.sglang.versions import installed_sglang
-
-    if installed_sglang() == "not installed":
-        pytest.skip("sglang is not installed (docs/cpu.md: the sglang CPU install line of this verl stack; .ci/run installs it)")
-    from egpo.rollout.sglang.standins import prepare_sglang_import
-
-    prepare_sglang_import()
-    import sglang
-
-    return sglang
-
-
 def bare_sglang_server(cls, **config):
     """An instance of verl's sglang server class (or egpo's) without launching anything: the attributes verl's
     ``generate`` reads, on either verl (0.9.1 adds the PD-disaggregation role, the replica rank, LoRA and MTP

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 
-from conftest import require_sglang
+from sglang_required import require_sglang
 from sglang_engine_lifecycle import started_engine
 
 # egpo's process entries first: they install the CPU stand-ins before anything imports sglang

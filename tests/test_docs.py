@@ -102,14 +102,18 @@ def test_every_ci_lane_that_runs_tests_prints_the_versions_its_environment_resol
     import sys
 
     script = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
-    # pytest runs in one place, run_lane, which prints what the lane's environment resolved first
-    assert script.count("python -m pytest") == 1
-    runner = re.search(r"^run_lane\(\) \{.*?^\}", script, flags=re.M | re.S).group(0)
-    assert runner.index('resolved "$env"') < runner.index("python -m pytest")
+    # a lane's command runs in one place, run_in, which prints what the lane's environment resolved first; pytest
+    # runs through it (run_lane) and so does README's own test command
+    runner = re.search(r"^run_in\(\) \{.*?^\}", script, flags=re.M | re.S).group(0)
+    assert runner.index('resolved "$env"') < runner.index('"$@"')
     lanes = re.findall(r'(?:run_lane|lane_or_note) \\?\s*"[^"]+" (\.venv[\w.\-]*)', script)
     assert len(lanes) >= 10, lanes
-    for env in lanes:  # every lane's environment is one CI builds
-        assert re.search(rf"(new_stack|layer \S+|python3 -m venv) {re.escape(env)}\b", script), env
+    for env in lanes:  # every lane's environment is one CI builds (.venv: README's install lines make it)
+        assert env == ".venv" or re.search(rf"(new_stack|layer \S+|layer_over \S+|python3 -m venv) {re.escape(env)}\b",
+                                           script), env
+    lane_runs = [line for line in script.splitlines()
+                 if "python -m pytest" in line and not line.lstrip().startswith("#")]
+    assert len(lane_runs) == 2 and all("run_in" in line or "--collect-only" in line for line in lane_runs), lane_runs
     function = re.search(r"^resolved\(\) \{.*?^\}", script, flags=re.M | re.S).group(0)
     prefix = str(Path(sys.executable).parent.parent)
     out = subprocess.run(["bash", "-c", f"{function}\nresolved {prefix}"], capture_output=True, text=True,
@@ -118,3 +122,39 @@ def test_every_ci_lane_that_runs_tests_prints_the_versions_its_environment_resol
 
     for name in ("torch", "transformers", "ray", "pyarrow", "tensordict"):
         assert f"{name} {version(name)}" in out, out
+
+
+def test_ci_runs_readmes_install_and_test_commands_as_readme_writes_them():
+    """.ci/run reads README's install lines and test command out of README.md (.ci/readme_commands.py) and runs them
+    as written in a fresh .venv that nothing else installs into; the sglang lane takes every test module that needs
+    sglang, and each environment with verl collects the suite."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+
+    def printed(what):
+        return subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), what], capture_output=True,
+                              text=True, check=True, timeout=60).stdout.strip()
+
+    install, test = printed("install"), printed("test")
+    assert install == ("python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
+                       "pip install -e '.[verl091,test]'")
+    assert install in readme.replace("&& \\\n", "&& ") and f"```bash\n{test}\n```" in readme
+    assert test == "python -m pytest -q"
+    script = (ROOT / ".ci" / "run").read_text()
+    assert 'readme_install=$(python3 .ci/readme_commands.py install)' in script
+    assert 'readme_test=$(python3 .ci/readme_commands.py test)' in script
+    assert 'bash -euc "$readme_install"' in script and 'bash -c "$readme_test"' in script
+    # nothing but README's lines installs into .venv: every other environment is a layer over it or its own
+    assert not re.search(r"\.venv/bin/(python -m )?pip\b|(new_stack|-m venv) \.venv(?=\s)", script)
+    assert "collects .venv" in script
+    # the sglang lane's files: every module that asks for sglang through tests/sglang_required.py, found by the grep
+    # .ci/run runs; a module that asks for it another way would run nowhere with sglang
+    grep = re.search(r'SGLANG_091=\(\$\(grep -l "([^"]+)" tests/test_\*\.py\)\)', script).group(1)
+    tests = ROOT / "tests"
+    asking = {p.name for p in tests.glob("test_*.py")
+              if re.search(r"\brequire_sglang\(|\bimport_sglang_sampler\(", p.read_text())}
+    found = {p.name for p in tests.glob("test_*.py") if grep in p.read_text()}
+    assert asking and asking == found, (asking, found)

@@ -154,3 +154,20 @@ def test_every_egpo_error_is_one_of_three_kinds():
         if not issubclass(cls, kinds):
             strays[name] = module
     assert not strays
+
+
+TEST_ONLY = ("pytest", "hypothesis", "_pytest", "xdist")
+
+
+def test_the_package_imports_nothing_only_the_tests_install():
+    """egpo runs where pytest is not installed (README's GPU install has no test extra): no module of egpo's imports
+    pytest or another test tool, lazily or not; what only the tests need lives in tests/."""
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found = [n for n in names if n.split(".")[0] in TEST_ONLY]
+            if found:
+                offenders.setdefault(str(path.relative_to(PACKAGE)), []).extend(found)
+    assert not offenders, offenders

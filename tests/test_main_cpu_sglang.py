@@ -13,7 +13,7 @@ import torch
 from egpo.demo.smoke_run import run_smoke
 from test_main_cpu import COMMON, assert_trained
 
-from conftest import require_sglang  # noqa: E402
+from sglang_required import require_sglang  # noqa: E402
 from cpu_engine_lock import one_engine_at_a_time  # noqa: E402
 
 require_sglang()

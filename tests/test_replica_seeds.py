@@ -44,7 +44,7 @@ def test_sglang_servers_get_one_seed_per_replica_from_the_run_seed():
 
 
 def test_egpos_sglang_server_sets_the_seed_and_chunked_log_probs(monkeypatch):
-    from conftest import require_sglang
+    from sglang_required import require_sglang
 
     require_sglang()
     from egpo.rollout.sglang.server import add_replica_engine_settings

@@ -5,7 +5,7 @@ import sys
 import textwrap
 
 
-from conftest import require_sglang
+from sglang_required import require_sglang
 
 require_sglang()
 

@@ -13,7 +13,8 @@ import types
 
 import pytest
 
-from conftest import bare_sglang_server, require_sglang
+from conftest import bare_sglang_server
+from sglang_required import require_sglang
 import torch
 
 from egpo.demo.build import build_model

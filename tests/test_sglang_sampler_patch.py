@@ -11,7 +11,7 @@ import torch
 
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.versions import SglangPatchTargetError
-from egpo.rollout.sglang.standins import import_sglang_sampler
+from sglang_required import import_sglang_sampler
 
 sampler_mod = import_sglang_sampler()
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput  # noqa: E402

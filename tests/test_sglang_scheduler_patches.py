@@ -12,7 +12,7 @@ import torch
 from egpo.patching import remove_all
 from egpo.rollout.entropy import EntropyOptions
 from egpo.rollout.sglang.versions import SglangPatchTargetError
-from egpo.rollout.sglang.standins import import_sglang_sampler
+from sglang_required import import_sglang_sampler
 
 import_sglang_sampler()
 from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: E402

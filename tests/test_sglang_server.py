@@ -7,7 +7,7 @@ import pytest
 
 from conftest import bare_sglang_server
 from egpo.keys import ROLLOUT_ENTROPY
-from egpo.rollout.sglang.standins import import_sglang_sampler
+from sglang_required import import_sglang_sampler
 
 import_sglang_sampler()
 from egpo.rollout.sglang.versions import sglang_targets  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 
 from egpo.patching import remove_all
 from egpo.rollout.sglang.versions import SglangPatchTargetError
-from egpo.rollout.sglang.standins import import_sglang_sampler
+from sglang_required import import_sglang_sampler
 
 import_sglang_sampler()
 from sglang.srt.managers.io_struct import BatchStrOutput, GenerateReqInput  # noqa: E402

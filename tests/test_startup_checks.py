@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VERL, require_sglang
+from conftest import VERL
+from sglang_required import require_sglang
 from hydra import compose, initialize_config_dir
 
 from egpo.settings import EgpoConfigError, EgpoSettings

@@ -221,16 +221,3 @@ def unpin_host_tensors() -> None:
                                "stand-in for it is out of date")
         module.torch = _UnpinnedTorch(torch)
 
-
-def import_sglang_sampler():
-    """The real ``sglang.srt.layers.sampler`` module, or a pytest skip when sglang is not installed."""
-    import pytest
-
-    from egpo.rollout.sglang.versions import installed_sglang
-
-    if installed_sglang() == "not installed":
-        pytest.skip("sglang is not installed (docs/cpu.md: the sglang CPU install line of this verl stack)")
-    install_standins()
-    import sglang.srt.layers.sampler as sampler
-
-    return sampler
