@@ -57,15 +57,20 @@ def main() -> None:
 
     from egpo.compat.versions import environment_problems
 
-    from egpo.recipe_names import config_args, egpo_equivalent, recipe_name_problems, without_config_args
+    from egpo.recipe_names import (config_args, egpo_equivalent, recipe_name_problems, with_egpo_searchpath,
+                                   without_config_args)
 
     argv = sys.argv[1:]
     path, name = config_args(argv)
     path, name, note = egpo_equivalent(path, name)
+    # notes go to stderr: with --cfg job (or --help) stdout is the product, a YAML file say
     if note:  # verl's example scripts' --config-name: egpo's config of that name, said once
-        print(note, flush=True)
+        print(note, file=sys.stderr, flush=True)
         argv = [*without_config_args(argv), *([f"--config-path={path}"] if path else []), f"--config-name={name}"]
-        sys.argv[1:] = argv
+    argv, note = with_egpo_searchpath(argv)
+    if note:  # a script's own hydra.searchpath (verl's Megatron-Lite examples): egpo's and verl's configs kept beside
+        print(note, file=sys.stderr, flush=True)
+    sys.argv[1:] = argv
     problems = environment_problems()  # package metadata only: before anything imports verl
     if not problems:
         from egpo.preflight.key_check import misspelled_override_problems

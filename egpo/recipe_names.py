@@ -93,3 +93,45 @@ def recipe_name_problems(config_path: str | None, config_name: str | None) -> li
     hint = f"did you mean --config-name={closest[0]}? " if closest else ""
     return [f"--config-name={config_name}: no such recipe in {where} ({folder}); {hint}"
             f"the recipes there: {', '.join(recipes) or 'none'}"]
+
+
+# the config packages every egpo config composes from (egpo's and verl's trainer configs), kept on the search path
+# beside a command line's own ``hydra.searchpath`` (verl's Megatron-Lite examples pass one), which would replace them
+EGPO_SEARCHPATH = ("pkg://egpo.config", "pkg://verl.trainer.config")
+
+
+def with_egpo_searchpath(argv: list[str]) -> tuple[list[str], str | None]:
+    """-> (argv, a note or None). A ``hydra.searchpath=[...]`` override keeps its own entries, in its order, with
+    :data:`EGPO_SEARCHPATH` after them (Hydra looks in the primary config's folder first, then the search path in
+    order, so a script's own package still wins over verl's for a config both hold)."""
+    kept, added = [], []
+    for arg in argv:
+        key, has_value, value = arg.partition("=")
+        if has_value and key.lstrip("+") == "hydra.searchpath":
+            entries = _hydra_list(value)
+            if entries is None:
+                kept.append(arg)
+                continue
+            missing = [entry for entry in EGPO_SEARCHPATH if entry not in entries]
+            added += missing
+            arg = f"{key}=[{','.join([*entries, *missing])}]"
+        kept.append(arg)
+    note = (f"[egpo] hydra.searchpath: {', '.join(added)} kept after the command line's own entries (egpo's configs "
+            "compose from them)") if added else None
+    return kept, note
+
+
+def _hydra_list(value: str) -> list[str] | None:
+    """A Hydra override's list value (``[a,b]``, entries optionally quoted) as its entries; None for anything else
+    (an interpolation, say), which is passed to Hydra untouched."""
+    value = value.strip()
+    if not (value.startswith("[") and value.endswith("]")):
+        return None
+    inner = value[1:-1].strip()
+    if not inner:
+        return []
+    entries = [entry.strip() for entry in inner.split(",")]
+    if any(not entry or "${" in entry for entry in entries):
+        return None
+    return [entry[1:-1] if len(entry) > 1 and entry[0] == entry[-1] and entry[0] in "'\"" else entry
+            for entry in entries]

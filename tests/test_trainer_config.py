@@ -29,14 +29,14 @@ def run_main(*args, env=None):
 def test_users_line_composes_without_plus_and_verls_example_recipe_runs_as_egpos_with_one_note():
     """The user's line, with the recipe options of verl's example scripts (``python3 -m verl.trainer.main_ppo``
     replaced by ``python -m egpo.main`` and nothing else changed: ``--config-path=./config
-    --config-name=ppo_trainer``)."""
+    --config-name=ppo_trainer``); with ``--cfg job`` stdout is the YAML alone (``> job.yaml``), the note on stderr."""
     proc = run_main("--config-path=./config", "--config-name=ppo_trainer", "--cfg", "job",
                     "algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout")
     assert proc.returncode == 0, proc.stderr
-    note, _, dumped = proc.stdout.partition("\n")
-    assert note == ("[egpo] --config-name=ppo_trainer is verl's trainer config: egpo runs its own egpo_trainer "
-                    "(verl's ppo_trainer with egpo's keys, in place of --config-path=./config)")
-    cfg = yaml.safe_load(dumped)
+    assert ("[egpo] --config-name=ppo_trainer is verl's trainer config: egpo runs its own egpo_trainer "
+            "(verl's ppo_trainer with egpo's keys, in place of --config-path=./config)") in proc.stderr.splitlines()
+    assert "[egpo]" not in proc.stdout and proc.stdout.startswith("model_engine:"), proc.stdout[:300]
+    cfg = yaml.safe_load(proc.stdout)
     algo = cfg["algorithm"]
     assert algo["adv_estimator"] == "egpo" and algo["entropy_source"] == "rollout"
     assert algo["egpo_lambda"] == 0.4 and algo["egpo_alpha"] == 2.0
@@ -229,3 +229,44 @@ def test_an_environment_that_cannot_run_verls_trainer_is_refused_before_verl_is_
     top_level = main_source[:main_source.index("\ndef ")]
     assert "verl" not in {line.split()[1].split(".")[0] for line in top_level.splitlines()
                           if line.startswith(("import ", "from "))}
+
+
+def test_a_scripts_own_search_path_keeps_egpos_and_verls_beside_it(tmp_path):
+    """verl's Megatron-Lite examples pass ``hydra.searchpath=[pkg://verl_mlite.config]``, which replaces a config's
+    own search path: egpo keeps its and verl's config packages after the script's entries, through either door (the
+    main job and the composing entry points), and says so on stderr."""
+    own = tmp_path / "own_configs"
+    (own / "egpo_extra").mkdir(parents=True)
+    (own / "egpo_extra" / "mine.yaml").write_text("extra_key: 7\n")
+    searchpath = f"hydra.searchpath=[file://{own}]"
+    for args in (["--config-path=./config", "--config-name=ppo_trainer"], [f"--config-path={RECIPES}",
+                                                                            "--config-name=cpu_smoke"]):
+        proc = run_main(*args, searchpath, "+egpo_extra=mine", "--cfg", "job")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        cfg = yaml.safe_load(proc.stdout)
+        assert cfg["egpo_extra"] == {"extra_key": 7} and "entropy_source" in cfg["algorithm"]  # the script's and egpo's
+        assert ("[egpo] hydra.searchpath: pkg://egpo.config, pkg://verl.trainer.config kept after the command line's "
+                "own entries (egpo's configs compose from them)") in proc.stderr.splitlines()
+    from egpo.preflight.compose import compose as egpo_compose
+
+    notes = []
+    cfg = egpo_compose(str(RECIPES), "cpu_smoke", [searchpath, "+egpo_extra=mine"], echo=notes.append)
+    assert cfg.egpo_extra.extra_key == 7 and len(notes) == 1
+
+
+@pytest.mark.parametrize("given, kept", [
+    ("hydra.searchpath=[pkg://verl_mlite.config]", "hydra.searchpath=[pkg://verl_mlite.config,pkg://egpo.config,"
+                                                   "pkg://verl.trainer.config]"),
+    ("++hydra.searchpath=['pkg://a', \"file:///b\"]", "++hydra.searchpath=[pkg://a,file:///b,pkg://egpo.config,"
+                                                      "pkg://verl.trainer.config]"),
+    ("hydra.searchpath=[pkg://verl.trainer.config,pkg://egpo.config]", None),  # both there: untouched, no note
+    ("hydra.searchpath=[]", "hydra.searchpath=[pkg://egpo.config,pkg://verl.trainer.config]"),
+    ("hydra.searchpath=${oc.env:PATHS}", None),  # not a list Hydra's grammar alone gives: Hydra's to read
+    ("trainer.searchpath=[x]", None),
+])
+def test_search_path_rewrite(given, kept):
+    from egpo.recipe_names import with_egpo_searchpath
+
+    argv, note = with_egpo_searchpath(["algorithm.adv_estimator=egpo", given])
+    assert argv == ["algorithm.adv_estimator=egpo", kept or given]
+    assert (note is None) == (kept is None or kept == given)

@@ -15,12 +15,15 @@ def compose(config_path: str | None, config_name: str, overrides: list[str], ech
 
     from egpo.compat.versions import environment_problems
     from egpo.errors import EgpoConfigError, IncompatibleDependencyError
-    from egpo.recipe_names import egpo_equivalent, recipe_name_problems
+    from egpo.recipe_names import egpo_equivalent, recipe_name_problems, with_egpo_searchpath
 
     problems = environment_problems()
     if problems:
         raise IncompatibleDependencyError("; ".join(problems))
     config_path, config_name, note = egpo_equivalent(config_path, config_name)
+    if note:
+        echo(note)
+    overrides, note = with_egpo_searchpath(list(overrides))
     if note:
         echo(note)
     from egpo.preflight.key_check import misspelled_override_problems
