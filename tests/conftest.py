@@ -17,6 +17,34 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 from egpo.compat.versions import verl_version  # noqa: E402
 
 VERL = verl_version()
+
+# README's test command, `python -m pytest -q`, on the whole suite: two tests at a time (pytest-xdist), the end-to-end
+# runs one after another on one worker (each is a chain of processes, mostly one busy at a time), every other test on
+# the other; about half the time of one at a time. A run that names its tests, or its own -n (-n 0: one at a time),
+# is left as given.
+WORKERS = 2
+E2E_GROUP = "e2e"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    option = config.option
+    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return None  # a worker of a run already two at a time (xdist calls this hook in each worker too)
+    if (not config.pluginmanager.hasplugin("xdist") or getattr(option, "numprocesses", None) is not None
+            or option.collectonly or getattr(option, "dist", "no") != "no"
+            or config.args_source is not pytest.Config.ArgsSource.TESTPATHS):
+        return None
+    option.numprocesses, option.dist = WORKERS, "loadgroup"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:  # with --dist loadgroup, every end-to-end run on one worker, one after another
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group(E2E_GROUP))
+
+
 def bare_sglang_server(cls, **config):
     """An instance of verl's sglang server class (or egpo's) without launching anything: the attributes verl's
     ``generate`` reads, on either verl (0.9.1 adds the PD-disaggregation role, the replica rank, LoRA and MTP
