@@ -146,7 +146,10 @@ def test_ci_runs_readmes_install_and_test_commands_as_readme_writes_them():
     script = (ROOT / ".ci" / "run").read_text()
     assert 'readme_install=$(python3 .ci/readme_commands.py install)' in script
     assert 'readme_test=$(python3 .ci/readme_commands.py test)' in script
-    assert 'bash -euc "$readme_install"' in script and 'bash -c "$readme_test"' in script
+    assert 'bash -euc "$readme_install"' in script
+    # README's test command runs as a command of its own through run_in, never as pytest's arguments
+    assert re.search(r'^command_lane_or_note "[^"]+" \.venv \\\n\s+bash -c "\$readme_test"$', script, re.M)
+    assert re.search(r"^command_lane_or_note\(\) \{[^\n]*\n\s+run_in ", script, re.M)
     # nothing but README's lines installs into .venv: every other environment is a layer over it or its own
     assert not re.search(r"\.venv/bin/(python -m )?pip\b|(new_stack|-m venv) \.venv(?=\s)", script)
     assert "collects .venv" in script

@@ -33,6 +33,15 @@ class WorkerFamily:
     probe_worker: str | None  # egpo's probe worker (None: the probe hooks no worker of this family)
     actor_entropy: ActorEntropyKeys
     cpu_needs_fsdp2: bool  # on a CPU its FSDP config's strategy must be fsdp2 (FSDP1 there wants a GPU device id)
+    # actor strategies whose engine reads its entropy settings from a config of its own, not the FSDP actor's
+    # (actor.strategy -> its keys); fsdp, fsdp2 read actor_entropy, megatron has fp32 logits (no key to set)
+    strategy_entropy: tuple[tuple[str, ActorEntropyKeys], ...] = ()
+
+    def entropy_keys(self, strategy: str) -> ActorEntropyKeys | None:
+        """Where an actor of this strategy reads its entropy settings; None for a strategy egpo has no entry for."""
+        if strategy in ("fsdp", "fsdp2"):
+            return self.actor_entropy
+        return dict(self.strategy_entropy).get(strategy)
 
 
 _ENGINE = "verl.workers.engine_workers.ActorRolloutRefWorker"
@@ -59,7 +68,14 @@ _WORKERS_091 = {
         _ENGINE, _CPU_ENGINE, "egpo.probe.engine_worker.ProbeEngineActorRolloutRefWorker",
         ActorEntropyKeys(f"{_ACTOR}.entropy_from_logits_with_chunking", (f"{_ACTOR}.fsdp_config.use_torch_compile",),
                          True),
-        cpu_needs_fsdp2=False),
+        cpu_needs_fsdp2=False,
+        # VeOmni's and TorchTitan's engines read their own config (actor.veomni, actor.torchtitan: verl 0.9.1
+        # workers/engine/{veomni,torchtitan}/transformer_impl.py), whose actor configs have no FSDP keys; the
+        # chunked function casts each chunk to fp32 whatever their forward's dtype
+        strategy_entropy=tuple(
+            (name, ActorEntropyKeys(f"{_ACTOR}.{name}.entropy_from_logits_with_chunking",
+                                    (f"{_ACTOR}.{name}.use_torch_compile",), False))
+            for name in ("veomni", "torchtitan"))),
 }
 
 

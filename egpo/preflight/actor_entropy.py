@@ -43,29 +43,41 @@ def reads_actor_entropy(settings: EgpoSettings) -> bool:
     return settings.enabled and not settings.bypass_mode
 
 
-def actor_entropy_keys(config: DictConfig, version: str | None = None) -> ActorEntropyKeys:
+def actor_strategy(config: DictConfig) -> str:
+    return str(config.actor_rollout_ref.actor.get("strategy", "fsdp"))
+
+
+def actor_entropy_keys(config: DictConfig, version: str | None = None) -> ActorEntropyKeys | None:
     """Where the actor verl builds for this config reads its entropy settings (verl's table,
-    :data:`egpo.compat.versions.VERL`)."""
+    :data:`egpo.compat.versions.VERL`, by worker family and actor strategy); None for a strategy it has no entry
+    for."""
     from egpo.compat.workers import workers
 
-    return workers(config, version).actor_entropy
+    return workers(config, version).entropy_keys(actor_strategy(config))
 
 
 def forward_dtype_is_fp32(config: DictConfig) -> bool:
     """FSDP's forward runs in fp32 (``mixed_precision.param_dtype``, where the actor follows it; verl's default is
     bf16)."""
     value = OmegaConf.select(config, PARAM_DTYPE, default="bf16")
-    return actor_entropy_keys(config).follows_param_dtype and str(value).lower() in FP32_NAMES
+    keys = actor_entropy_keys(config)
+    return keys is not None and keys.follows_param_dtype and str(value).lower() in FP32_NAMES
 
 
 def actor_entropy_precision(config: DictConfig) -> str:
     """How the actor's entropy will be computed under ``config``: ``"fp32"``, or the reason it would be bf16."""
-    actor = config.actor_rollout_ref.actor
-    if actor.get("strategy", "fsdp") == "megatron":
+    strategy = actor_strategy(config)
+    if strategy == "megatron":
         return "fp32"  # Float16Module hands fp32 logits to the vocab-parallel entropy
+    keys = actor_entropy_keys(config)
+    if keys is None:
+        from egpo.compat.versions import verl_version
+
+        return (f"{ACTOR}.strategy={strategy}: egpo has no entry for where that actor reads its entropy settings on "
+                f"verl {verl_version()}, so it cannot make that entropy fp32")
     if OmegaConf.select(config, FUSED, default=False) or forward_dtype_is_fp32(config):
         return "fp32"
-    chunked = actor_entropy_keys(config).chunked
+    chunked = keys.chunked
     if not OmegaConf.select(config, REMOVE_PADDING, default=False):
         return (f"{REMOVE_PADDING}=false: verl's padded forward takes the entropy of the bf16 logits in bf16 "
                 f"(its chunked fp32 entropy, {chunked}, is read only with remove-padding)")
@@ -79,9 +91,9 @@ UNFIXABLE_FIXES = ((f"{REMOVE_PADDING}=true",), (f"{FUSED}=true",))
 
 def compiles_chunked_entropy(config: DictConfig, version: str | None = None) -> list[str]:
     """The keys that would compile verl's chunked entropy in this FSDP config (none where it is not chunked)."""
-    if config.actor_rollout_ref.actor.get("strategy", "fsdp") == "megatron":
-        return []
     keys = actor_entropy_keys(config, version)
+    if actor_strategy(config) == "megatron" or keys is None:
+        return []
     if not OmegaConf.select(config, keys.chunked, default=False):
         return []
     return [key for key in keys.compile if OmegaConf.select(config, key, default=True)]
@@ -94,8 +106,9 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
         return []
     with open_dict(config):
         precision = actor_entropy_precision(config)
-        if precision != "fp32" and OmegaConf.select(config, REMOVE_PADDING, default=False):
-            chunked = actor_entropy_keys(config).chunked
+        keys = actor_entropy_keys(config)
+        if precision != "fp32" and keys is not None and OmegaConf.select(config, REMOVE_PADDING, default=False):
+            chunked = keys.chunked
             OmegaConf.update(config, chunked, True, force_add=True)
             echo(f"[egpo] {chunked}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
             precision = actor_entropy_precision(config)
@@ -106,8 +119,11 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
             if compiled:
                 echo(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
                      "token count (8 times a worker), then runs eager anyway")
+    what = settings.actor_entropy_use
+    if precision != "fp32" and actor_entropy_keys(config) is None:
+        return [error("actor", f"egpo reads the actor's entropy ({what}) and cannot guarantee it in fp32: {precision}. "
+                               f"Fix: {ACTOR}.strategy=fsdp2")]
     if precision != "fp32":
-        what = settings.actor_entropy_use
         return [error(
             "actor",
             f"egpo reads the actor's entropy ({what}), but it would be computed in bf16: {precision}, an error of about "

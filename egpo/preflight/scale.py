@@ -196,8 +196,9 @@ def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
                                            f"{FUSED_FIX}"))
         else:
             findings.append(fact("gpu", text))
-    if settings.enabled and reads_actor_entropy(settings) and \
-            _select(config, actor_entropy_keys(config).chunked, False) and \
+    keys = actor_entropy_keys(config)
+    if settings.enabled and reads_actor_entropy(settings) and keys is not None and \
+            _select(config, keys.chunked, False) and \
             not _select(config, "actor_rollout_ref.model.use_fused_kernels", False):
         chunk = int(config.actor_rollout_ref.actor.get("entropy_from_logits_chunk_size", 2048) or 2048)
         rows = min(chunk, recompute_tokens_per_gpu(config))

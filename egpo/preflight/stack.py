@@ -38,6 +38,11 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
 
 FLASH_ATTENTION = "flash_attention_2"
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+# actor strategies whose engine reads the attention from its own config (verl 0.9.1 VeOmniEngineConfig's
+# attn_implementation, default flash_attention_2), and those whose attention needs no flash_attn package
+# (TorchTitan's attn_type: flex or sdpa, PyTorch's own)
+STRATEGY_ATTENTION_KEYS = {"veomni": "actor_rollout_ref.actor.veomni.attn_implementation"}
+STRATEGIES_WITHOUT_FLASH_ATTN = ("torchtitan",)
 
 
 def attention_finding(config: DictConfig, cuda_here: bool | None = None):
@@ -51,7 +56,11 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
 
     if str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu":
         return None
-    attention = OmegaConf.select(config, ATTENTION_KEY, default=None) or FLASH_ATTENTION
+    strategy = str(OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default="fsdp"))
+    if strategy in STRATEGIES_WITHOUT_FLASH_ATTN:
+        return None
+    key = STRATEGY_ATTENTION_KEYS.get(strategy, ATTENTION_KEY)
+    attention = OmegaConf.select(config, key, default=None) or FLASH_ATTENTION
     if attention != FLASH_ATTENTION or importlib.util.find_spec("flash_attn") is not None:
         return None
     if cuda_here is None:
@@ -59,11 +68,12 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
 
         cuda_here = torch.cuda.is_available()
     version = verl_version()
-    text = (f"the actor loads with attention {FLASH_ATTENTION} (verl's default; {ATTENTION_KEY} is not set), and the "
+    set_or_not = f"{key}={attention}" if OmegaConf.select(config, key, default=None) else f"{key} is not set"
+    text = (f"the actor loads with attention {FLASH_ATTENTION} (verl's default; {set_or_not}), and the "
             f"flash_attn package is not installed {'here' if cuda_here else 'on this machine'} (egpo's "
             f"'.[verl{version.replace('.', '')}]' does not bring it): every worker would fail at the model's load. "
             f"Fix: {verl_stack(version).flash_attn_install}, or use PyTorch's attention instead: "
-            f"++{ATTENTION_KEY}=sdpa")
+            f"{'++' if key == ATTENTION_KEY else ''}{key}=sdpa")
     return error("attention", text) if cuda_here else warning("attention", text + " (where the GPU nodes run "
                                                                                   "another image, check it there)")
 
