@@ -188,3 +188,25 @@ def test_a_resumed_attempt_does_not_validate_before_training():
     with initialize_config_module(config_module="egpo.config", version_base=None):
         cfg = compose("egpo_trainer", overrides=resumed[3:])
     assert cfg.trainer.val_before_train is False and cfg.trainer.test_freq == 20
+
+
+def test_status_after_a_generate_ablation_lists_its_generations_beside_the_runs(tmp_path):
+    """--generate writes generation folders with a run.json of their own (no arm, no seed) beside the runs and inside
+    each: --status reads them as generations, not runs."""
+    from egpo.ablation import status_lines
+
+    work = tmp_path / "grpo__seed0"
+    work.mkdir()
+    (work / RUN).write_text(json.dumps({"arm": "grpo", "seed": 0, "steps": 3}))
+    write_steps(work / METRICS_FILE, [1, 2, 3])
+    (work / DONE).write_text(json.dumps({"returncode": 0, "seconds": 60.0}))
+    folders = (("generate_base", True), ("generate_base_scored", False), ("grpo__seed0/generate_on_base", True))
+    for folder, done in folders:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / RUN).write_text(json.dumps({"fingerprint": {"model": "x"}}))
+        if done:
+            (tmp_path / folder / DONE).write_text("{}")
+    text = "\n".join(status_lines(tmp_path))
+    assert "| grpo | done |" in text and "1 done of 1 run(s)" in text
+    assert text.splitlines()[-1] == ("generations: generate_base done, generate_base_scored not done, "
+                                     "grpo__seed0/generate_on_base done")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from egpo.ablation.arms import run_name
-from egpo.run_state import JOB, RUN, run_status
+from egpo.run_state import DONE, JOB, RUN, run_status
 
 REWARD = ("critic/score/mean",)
 COT_ENTROPY = ("egpo/cot_entropy_mean",)
@@ -42,9 +42,12 @@ def job_alive(work: Path, clients: dict) -> bool | None:
 
 def status_lines(root: Path) -> list[str]:
     """The arms x seeds grid of an ablation directory, then one row per run."""
-    runs, clients = {}, {}
+    runs, clients, generations = {}, {}, []
     for meta in sorted(root.glob(f"*/{RUN}")):
         info = json.loads(meta.read_text())
+        if "arm" not in info:  # a generation's folder (--generate: generate_base, generate_base_scored)
+            generations.append(meta.parent)
+            continue
         runs[(info["arm"], int(info["seed"]))] = run_status(meta.parent, job_alive(meta.parent, clients))
     if not runs:
         raise SystemExit(f"no ablation runs under {root} (no */{RUN})")
@@ -69,4 +72,8 @@ def status_lines(root: Path) -> list[str]:
     states = ("done", "running", "submitted", "failed", "pending")
     counts = {state: sum(s.state == state for s in runs.values()) for state in states}
     lines += ["", ", ".join(f"{n} {state}" for state, n in counts.items() if n) + f" of {len(runs)} run(s)"]
+    generations += [meta.parent for meta in sorted(root.glob(f"*/*/{RUN}"))]  # a run's generate_on_base
+    if generations:  # --generate's folders: done (done.json) or not yet
+        lines.append("generations: " + ", ".join(
+            f"{g.relative_to(root)} {'done' if (g / DONE).exists() else 'not done'}" for g in generations))
     return lines
