@@ -30,6 +30,7 @@ def run(config: DictConfig) -> None:
 
     register_estimator()
     try:
+        refuse_appended_typos(config)
         config = prepare_config(config)
     except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
         raise SystemExit(refusal(str(err))) from None
@@ -41,6 +42,20 @@ def run(config: DictConfig) -> None:
 
     with SegmentsOfThisRun(config), RunOutputs(config):
         main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
+
+
+def refuse_appended_typos(config: DictConfig) -> None:
+    """A key appended with ``+`` within a typo of one verl reads (Hydra's own advice for a misspelled key) is refused,
+    with the key meant: read from the overrides Hydra composed."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from egpo.errors import EgpoConfigError
+    from egpo.preflight.key_check import appended_typo_problems
+
+    problems = appended_typo_problems(config, list(HydraConfig.get().overrides.task)) if HydraConfig.initialized() \
+        else []
+    if problems:
+        raise EgpoConfigError("; ".join(problems))
 
 
 def refusal(message: str) -> str:

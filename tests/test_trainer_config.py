@@ -270,3 +270,31 @@ def test_search_path_rewrite(given, kept):
     argv, note = with_egpo_searchpath(["algorithm.adv_estimator=egpo", given])
     assert argv == ["algorithm.adv_estimator=egpo", kept or given]
     assert (note is None) == (kept is None or kept == given)
+
+
+def test_a_verl_key_misspelled_with_plus_is_refused_with_the_key_meant():
+    """Hydra answers ``trainer.total_training_step=5`` by advising ``+``; with it the run would train verl's default
+    step count. Both doors refuse it before Ray, naming the key meant; a new key far from every key of its node (a
+    reward function's own kwargs) stays allowed."""
+    proc = run_main(f"--config-path={RECIPES}", "--config-name=cpu_smoke", "+trainer.total_training_step=5")
+    assert proc.returncode != 0 and "Ray" not in proc.stdout
+    (line,) = [l for l in (proc.stdout + proc.stderr).splitlines() if l.startswith("[egpo] refused")]
+    assert ("+trainer.total_training_step adds a key nothing reads, within a typo of trainer.total_training_steps: "
+            "the run would keep trainer.total_training_steps=") in line and line.endswith("(without +)?")
+    from egpo.preflight.compose import compose as egpo_compose
+
+    with pytest.raises(EgpoError, match=r"typo of trainer\.total_training_steps"):
+        egpo_compose(str(RECIPES), "cpu_smoke", ["+trainer.total_training_step=5"], echo=lambda _: None)
+    allowed = egpo_compose(str(RECIPES), "cpu_smoke", ["+custom_reward_function.reward_kwargs.length_penalty=0.1",
+                                                      "+trainer.my_own_note=x"], echo=lambda _: None)
+    assert allowed.custom_reward_function.reward_kwargs.length_penalty == 0.1
+
+
+def test_appended_typo_check_against_hand_written_nodes():
+    from egpo.preflight.key_check import appended_typo_problems
+
+    config = OmegaConf.create({"trainer": {"total_training_steps": 3, "save_freq": 1, "total_training_step": 5},
+                               "reward": {"kwargs": {}}})
+    assert len(appended_typo_problems(config, ["+trainer.total_training_step=5"])) == 1
+    assert appended_typo_problems(config, ["++trainer.total_training_step=5"]) == []  # ++ sets a key it may hold
+    assert appended_typo_problems(config, ["trainer.save_freq=2", "+reward.kwargs.save_freqs=1"]) == []

@@ -36,6 +36,13 @@ def compose(config_path: str | None, config_name: str, overrides: list[str], ech
         raise EgpoConfigError("; ".join(problems))
     if config_path:
         with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
-            return hydra_compose(config_name=config_name, overrides=overrides)
-    with initialize_config_module(config_module="egpo.config", version_base=None):
-        return hydra_compose(config_name=config_name, overrides=overrides)
+            config = hydra_compose(config_name=config_name, overrides=overrides)
+    else:
+        with initialize_config_module(config_module="egpo.config", version_base=None):
+            config = hydra_compose(config_name=config_name, overrides=overrides)
+    from egpo.preflight.key_check import appended_typo_problems
+
+    problems = appended_typo_problems(config, overrides)
+    if problems:
+        raise EgpoConfigError("; ".join(problems))
+    return config

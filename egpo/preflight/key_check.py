@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from egpo.advantage.config import ALGORITHM_KEYS
 from egpo.preflight.findings import Finding, error
@@ -91,3 +91,33 @@ def check_unknown_keys(config: DictConfig) -> list[Finding]:
     if problems:
         return [error("keys", "; ".join(problems) + ". Remove or rename the key(s); nothing was started.")]
     return []
+
+
+# how close an appended key must be to one its node already holds to be read as a typo of it (a reward function's
+# own kwargs, appended under an empty node or far from every key there, stay allowed)
+TYPO_CUTOFF = 0.85
+OWN_CHECKS = ("algorithm", "egpo")  # every key under these is checked against its declared list (above)
+
+
+def appended_typo_problems(config: DictConfig, overrides: list[str]) -> list[str]:
+    """Keys appended with ``+`` (Hydra's advice for a key the config lacks, which verl then never reads) that sit
+    within a typo of a key their node already holds: ``+trainer.total_training_step=5`` would train verl's default
+    step count without a word. One problem each, with the key meant."""
+    appended = [key for key in (_override_key(o) for o in overrides if o.startswith("+") and not o.startswith("++"))
+                if key and key.split(".")[0] not in OWN_CHECKS]
+    new = set(appended)
+    problems = []
+    for key in appended:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(config, parent, default=None) if parent else config
+        if not isinstance(node, DictConfig):
+            continue
+        siblings = [str(k) for k in node.keys() if f"{parent}.{k}".lstrip(".") not in new]
+        close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=TYPO_CUTOFF)
+        if close:
+            meant = f"{parent}.{close[0]}".lstrip(".")
+            value = OmegaConf.select(config, meant, default=None, throw_on_resolution_failure=False)
+            runs_with = "" if isinstance(value, (DictConfig, ListConfig)) else f": the run would keep {meant}={value}"
+            problems.append(f"+{key} adds a key nothing reads, within a typo of {meant}{runs_with}; did you mean "
+                            f"{meant}=... (without +)?")
+    return problems
