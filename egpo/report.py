@@ -394,7 +394,7 @@ def plot(runs, metric: str, title: str, out: Path, window: int) -> bool:
                 low.append(min(values))
                 high.append(max(values))
         if xs:
-            ax.plot(xs, mean, label=f"{arm} ({len(seeds)} seeds)")
+            ax.plot(xs, mean, label=f"{arm} ({len(seeds)} seed{'' if len(seeds) == 1 else 's'})")
             ax.fill_between(xs, low, high, alpha=0.15)
             drawn = True
     if drawn:

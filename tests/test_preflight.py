@@ -344,3 +344,23 @@ def test_a_local_model_path_with_a_typo_is_named(demo, workdir, monkeypatch):
     status, lines = qwen3(workdir, demo, monkeypatch, f"actor_rollout_ref.model.path={demo / 'modle'}")
     assert status == 1
     assert any(f"actor_rollout_ref.model.path={demo / 'modle'} is no folder on this machine" in line for line in lines)
+
+
+def test_verls_validation_inside_the_preflight_prints_nothing_of_its_own():
+    """verl's validate_config, run by the preflight before Ray, would print its 'All configuration checks passed'
+    (just before a refusal of egpo's) and the critic warning egpo silences everywhere else: neither reaches the
+    preflight's output."""
+    import contextlib
+    import io
+    import warnings
+    from pathlib import Path
+
+    from egpo.preflight.batch import verl_validate_findings
+    from egpo.preflight.compose import compose
+
+    config = compose(str(Path(__file__).resolve().parent.parent / "recipes"), "cpu_smoke", [], echo=lambda _: None)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert verl_validate_findings(config) == []
+    assert printed.getvalue() == "" and [str(w.message) for w in caught] == []

@@ -14,8 +14,19 @@ def verl_validate_findings(config) -> list[Finding]:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    import contextlib
+    import io
+    import warnings
+
+    from egpo.console import quiet_driver
+
     try:
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        # verl's own lines stay out of the preflight's: its "All configuration checks passed" (it runs again, and
+        # prints it, in the task runner) and the warnings egpo.console silences in every process
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            quiet_driver()
+            validate_config(config, use_reference_policy=need_reference_policy(config),
+                            use_critic=need_critic(config))
     except Exception as err:  # noqa: BLE001 - whatever verl raises here, it would raise after Ray started
         text = " ".join(str(err).split())
         return [error("batch", f"verl's validate_config refuses this config ({type(err).__name__}): {text}")]
