@@ -284,3 +284,19 @@ def test_the_driver_figures_are_the_measured_peaks(what, estimate):
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = float(proc.stdout.strip().splitlines()[-1])
     assert 0.5 * estimate <= measured <= estimate + PAGES, (what, measured, estimate)
+
+
+def test_a_resumed_main_job_counts_only_the_saves_still_to_come(monkeypatch, tmp_path):
+    """Resumed near its end, a run has fewer saves left than its keep: its peak is those saves, not the keep a fresh
+    run reaches (a resumed job on a disk that holds it was refused)."""
+    free_disk(monkeypatch, 2_000)
+    cfg = recipe("qwen3_4b", f"trainer.default_local_dir={tmp_path}", "trainer.save_freq=20",
+                 "trainer.max_actor_ckpt_to_keep=3")
+    shape = model_shape(cfg)
+    assert " x 3 at the peak" in scale.run_checkpoint_finding(cfg, shape, 200).text  # a fresh run: 10 saves, keep 3
+    (tmp_path / "global_step_180").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("180")
+    resumed = scale.run_checkpoint_finding(cfg, shape, 200).text
+    assert " x 1 at the peak" in resumed, resumed  # the step-200 save alone is still to come
+    assert scale.saves_per_run(cfg, 200, after=180) == 1 and scale.saves_per_run(cfg, 205, after=180) == 2
+    assert scale.saves_per_run(cfg, 200, after=0) == 10 and scale.saves_per_run(cfg, 200, after=200) == 0

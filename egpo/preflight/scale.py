@@ -247,13 +247,17 @@ def checkpoint_bytes(config, shape: ModelShape) -> int:
         (state_dict * 2 if "hf_model" in contents else 0)
 
 
-def saves_per_run(config, steps: int | None) -> int | None:
+def saves_per_run(config, steps: int | None, after: int = 0) -> int | None:
+    """The saves of steps ``after + 1`` to ``steps``: every ``save_freq``-th step, and the last (``after``: the step a
+    resumed run starts from, whose saves are made)."""
     freq = int(config.trainer.get("save_freq", -1) or -1)
     if freq <= 0:
         return 0
     if steps is None:
         return None
-    return steps // freq + (0 if steps % freq == 0 else 1)  # every freq-th step, and the last
+    if after >= steps:
+        return 0
+    return steps // freq - after // freq + (0 if steps % freq == 0 else 1)
 
 
 def free_bytes(where: Path) -> tuple[int, Path]:
@@ -295,14 +299,20 @@ def disk_finding(per_checkpoint: int, peak: int, runs: int, where: Path, what: s
     return warning("disk", f"{text}: over {DISK_WARNING_SHARE:.0%} of it, with nothing else written there. Fix: {fixes}")
 
 
+def resumed_at(config) -> int:
+    """The step a main job resumes from (verl's pointer in its run directory; 0: a fresh start)."""
+    from egpo.run_dir import resumed_step
+
+    where = Path(str(config.trainer.default_local_dir)).expanduser()
+    return resumed_step(config, where) if where.is_dir() else 0  # 0 under resume_mode=disable too
+
+
 def leftover_checkpoints(config) -> tuple[list[Path], int]:
     """A main job that resumes (``trainer.resume_mode=auto`` with verl's pointer in its run directory) finds the
     checkpoints of the attempt before it there; verl's rotation knows only those its own attempt saves, so they stay
     until the run ends: (their folders, their bytes on disk; already off the free space)."""
-    from egpo.run_dir import resumed_step
-
     where = Path(str(config.trainer.default_local_dir)).expanduser()
-    if not where.is_dir() or not resumed_step(config, where):  # resumed_step is 0 under resume_mode=disable
+    if not resumed_at(config):
         return [], 0
     folders = sorted(p for p in where.glob("global_step_*") if p.is_dir())
     size = sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
@@ -310,7 +320,7 @@ def leftover_checkpoints(config) -> tuple[list[Path], int]:
 
 
 def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Finding | None:
-    saves = saves_per_run(config, steps)
+    saves = saves_per_run(config, steps, after=resumed_at(config))  # a resumed job: only the saves still to come
     if saves == 0:
         return None
     keep = config.trainer.get("max_actor_ckpt_to_keep", None)
