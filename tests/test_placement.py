@@ -175,3 +175,32 @@ def test_the_placing_methods_are_wrapped_once_however_often_a_run_places():
             pass
     method = AgentLoopManager._init_agent_loop_workers
     assert getattr(method, MARK, None) is not None and getattr(method.__wrapped__, MARK, None) is None
+
+
+def test_a_failure_after_the_pools_exist_still_names_their_nodes(tmp_path, monkeypatch):
+    """verl's init_workers creates the pools, then loads the model and starts the engine on them: a failure there (a
+    bad GPU node) leaves nodes.json naming the pools' nodes, and the failure itself is what propagates; a failure
+    before the pools exist records nothing."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from egpo.trainer import placement
+    from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
+
+    monkeypatch.setattr("egpo.compat.verl_shapes.check_ray_shape", lambda: None)
+    monkeypatch.setattr(placement, "pool_node_ids", lambda manager: set(manager.nodes))
+    monkeypatch.setattr(placement, "node_names", lambda ids: sorted(f"host-{i}" for i in ids))
+
+    def failing_init(self):
+        self.resource_pool_manager.nodes = self.placed  # create_resource_pool ran
+        raise RuntimeError("CUDA error: no kernel image on this node")
+
+    monkeypatch.setattr(RayPPOTrainer, "init_workers", failing_init)
+    for placed, recorded in ((["n2", "n1"], ["host-n1", "host-n2"]), ([], None)):
+        (tmp_path / NODES_FILE).unlink(missing_ok=True)
+        trainer = object.__new__(EgpoRayPPOTrainer)
+        trainer.config = SimpleNamespace(trainer=SimpleNamespace(default_local_dir=str(tmp_path)))
+        trainer.resource_pool_manager, trainer.placed = SimpleNamespace(nodes=[]), placed
+        with pytest.raises(RuntimeError, match="no kernel image"):
+            trainer.init_workers()
+        assert (json.loads((tmp_path / NODES_FILE).read_text())["nodes"] if recorded else
+                (tmp_path / NODES_FILE).exists()) == (recorded or False)

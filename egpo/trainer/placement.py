@@ -163,6 +163,18 @@ def record_run_nodes(config, node_ids: set[str]) -> None:
         print(f"[egpo] could not record the run's nodes in {where / NODES}: {err}", flush=True)
 
 
+def record_placed_nodes(config, run_node_ids: Callable[[], set[str]]) -> None:
+    """:func:`record_run_nodes` once the run's placement groups exist (nothing before them); never raises, so a
+    failure being raised through it stays the one reported."""
+    try:
+        nodes = run_node_ids()
+    except Exception as err:  # noqa: BLE001 - diagnostics only: the run's own error (if any) is the one to see
+        print(f"[egpo] could not read the run's placement groups: {err}", flush=True)
+        return
+    if nodes:
+        record_run_nodes(config, nodes)
+
+
 class OnDriverNode:
     """verl's ``task_runner_class``: the runner actor on the node of the process that starts it (the driver, whose
     node a run needs anyway), not wherever Ray's default policy finds a free CPU: a run then depends on its driver's

@@ -74,14 +74,16 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
 
     def init_workers(self):
         from egpo.compat.verl_shapes import check_ray_shape
-        from egpo.trainer.placement import default_actors_on, placing_on_run_nodes, pool_node_ids, record_run_nodes
+        from egpo.trainer.placement import default_actors_on, placing_on_run_nodes, pool_node_ids, record_placed_nodes
 
         check_ray_shape()
         run_nodes = lambda: pool_node_ids(self.resource_pool_manager)  # noqa: E731 - asked anew at each use
-        with placing_on_run_nodes(run_nodes), default_actors_on(run_nodes):
-            result = super().init_workers()
-        record_run_nodes(self.config, run_nodes())
-        return result
+        try:
+            with placing_on_run_nodes(run_nodes), default_actors_on(run_nodes):
+                return super().init_workers()
+        finally:  # also where a worker fails to start (a model load, CUDA, an engine): the pools' nodes, once they
+            # exist, are what a failed attempt names
+            record_placed_nodes(self.config, run_nodes)
 
     def _compute_old_log_prob(self, batch: DataProto):
         with entropy_kept_on_driver(batch) as kept:
