@@ -85,3 +85,20 @@ def test_the_attention_finding_reads_the_strategys_own_setting(model_engine, mor
         assert finding is None
     else:
         assert finding.level == "error" and finding.text.rstrip().endswith(f"{key}=sdpa"), finding.text
+
+
+@pytest.mark.parametrize("model_engine", ["dp", "veomni", "torchtitan", "megatron"])
+def test_egpos_whole_pass_refuses_nothing_verl_would_not(model_engine, demo):
+    """egpo's pass before Ray (prepare, without the preflight's machine checks) on verl's example launch line of each
+    strategy, with egpo's estimator and a local model holding Qwen3's thinking markers: no refusal; verl's own
+    validation of the same config (which egpo's pass runs too) accepts it."""
+    from egpo.preflight.batch import verl_validate_findings
+    from egpo.preflight.prepare import prepare, refusal
+
+    config = example(model_engine, f"actor_rollout_ref.model.path={demo / 'model'}", "data.train_batch_size=8",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=2",
+                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+                     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2")
+    prepared = prepare(config, preflight=False, echo=lambda _: None)
+    assert refusal(prepared.findings) is None, [f.text for f in prepared.findings if f.level == "error"]
+    assert verl_validate_findings(prepared.config) == []
