@@ -207,6 +207,8 @@ def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo,
     message = finished_run(config())
     assert message.startswith(f"[egpo] the run in {where} is finished: its checkpoint is at step 3 of its 3")
     assert "trainer.total_training_steps=6" in message
+    # the report's hint on a line of its own, the last, as every run's closing summary ends
+    assert message.splitlines()[-1] == f"[egpo] report: python -m egpo.report {where}" and len(message.splitlines()) == 2
     assert finished_run(config("trainer.total_training_steps=6")) is None  # extended: step 4 is to train
     assert finished_run(config("trainer.resume_mode=disable")) is None
     run(config())  # returns before Ray starts: nothing is trained or written

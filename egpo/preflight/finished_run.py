@@ -25,5 +25,5 @@ def finished_run(config: DictConfig) -> str | None:
         return None
     return (f"[egpo] the run in {where} is finished: its checkpoint is at step {resume} of its {planned}; nothing was "
             f"trained. To train it further: trainer.total_training_steps={planned + planned} (any number above "
-            f"{planned}); to start over: trainer.resume_mode=disable, or another trainer.default_local_dir. "
-            f"{REPORT_LINE} {where}")
+            f"{planned}); to start over: trainer.resume_mode=disable, or another trainer.default_local_dir.\n"
+            f"{REPORT_LINE} {where}")  # the report's line on a line of its own, as at the end of every run
