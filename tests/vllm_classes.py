@@ -16,6 +16,12 @@ def require_vllm():
 
     if installed_vllm() is None:
         pytest.skip(f"vllm is not installed here; {LAYER}", allow_module_level=True)
+    from egpo.rollout.sglang.standins import standins_installed
+
+    if standins_installed():  # sglang's tests ran in this session first, on a CPU: its stand-in answers `import vllm`
+        pytest.skip("sglang's CPU stand-ins stand in for vLLM in this session (sglang's tests were collected first): "
+                    "vLLM's tests run in a session of their own, python -m pytest -q tests/test_vllm_*.py (.ci/run's "
+                    "vLLM lanes)", allow_module_level=True)
     import vllm
 
     return vllm

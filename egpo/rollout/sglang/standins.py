@@ -167,6 +167,12 @@ def _forget_cached_torchvision_check() -> None:
             setattr(transformers, attr, getattr(importlib.import_module(value.__module__), attr))
 
 
+def standins_installed() -> bool:
+    """Whether this process's imports of ``sgl_kernel``, ``torchvision`` and ``vllm`` go to the stand-ins (a real
+    vLLM cannot be imported in it after that)."""
+    return any(isinstance(f, _StandInFinder) for f in sys.meta_path)
+
+
 def install_standins() -> None:
     """Install the stand-ins unconditionally (idempotent). Production code calls :func:`prepare_sglang_import`."""
     if not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
