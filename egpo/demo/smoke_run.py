@@ -48,17 +48,10 @@ def step_metrics(output: str) -> dict[int, dict[str, float]]:
 def run_metrics(workdir: Path) -> dict[int, dict[str, float]]:
     """Each step's metrics as the run directory of :func:`run_smoke` keeps them (``metrics.jsonl``, every step once):
     unlike the console, whose lines Ray's log forwarding may split under load, whole."""
-    import json
+    from egpo.run_state import METRICS_FILE, read_steps
 
-    from egpo.run_state import METRICS_FILE
-
-    steps = {}
-    for line in (workdir / "checkpoints" / METRICS_FILE).read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            steps[int(record["step"])] = {k: float(v) for k, v in record["data"].items()
-                                          if isinstance(v, (int, float))}
-    return steps
+    return {int(record["step"]): {k: float(v) for k, v in record["data"].items() if isinstance(v, (int, float))}
+            for record in read_steps(workdir / "checkpoints" / METRICS_FILE)}
 
 
 def egpo_metrics(metrics: dict[str, float]) -> dict[str, float]:

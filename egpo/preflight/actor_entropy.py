@@ -120,7 +120,7 @@ def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print
                 echo(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
                      "token count (8 times a worker), then runs eager anyway")
     what = settings.actor_entropy_use
-    if precision != "fp32" and actor_entropy_keys(config) is None:
+    if precision != "fp32" and keys is None:
         return [error("actor", f"egpo reads the actor's entropy ({what}) and cannot guarantee it in fp32: {precision}. "
                                f"Fix: {ACTOR}.strategy=fsdp2")]
     if precision != "fp32":

@@ -11,12 +11,12 @@ from egpo.preflight.findings import Finding, error
 
 
 def verl_validate_findings(config) -> list[Finding]:
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-
     import contextlib
     import io
     import warnings
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
 
     from egpo.console import quiet_driver
 
