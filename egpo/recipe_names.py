@@ -101,37 +101,23 @@ EGPO_SEARCHPATH = ("pkg://egpo.config", "pkg://verl.trainer.config")
 
 
 def with_egpo_searchpath(argv: list[str]) -> tuple[list[str], str | None]:
-    """-> (argv, a note or None). A ``hydra.searchpath=[...]`` override keeps its own entries, in its order, with
-    :data:`EGPO_SEARCHPATH` after them (Hydra looks in the primary config's folder first, then the search path in
-    order, so a script's own package still wins over verl's for a config both hold)."""
-    kept, added = [], []
+    """-> (argv, a note or None). A ``hydra.searchpath=[...]`` override (read with Hydra's own override parser) keeps
+    its own entries, in its order, with :data:`EGPO_SEARCHPATH` after them (Hydra looks in the primary config's folder
+    first, then the search path in order, so a script's own package still wins over verl's for a config both hold). A
+    value that is not a list (an interpolation, say) is passed to Hydra untouched."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, kept, added = None, [], []
     for arg in argv:
-        key, has_value, value = arg.partition("=")
-        if has_value and key.lstrip("+") == "hydra.searchpath":
-            entries = _hydra_list(value)
-            if entries is None:
-                kept.append(arg)
-                continue
-            missing = [entry for entry in EGPO_SEARCHPATH if entry not in entries]
-            added += missing
-            arg = f"{key}=[{','.join([*entries, *missing])}]"
+        if arg.partition("=")[0].lstrip("+") == "hydra.searchpath" and "=" in arg:
+            parser = parser or OverridesParser.create()
+            override = parser.parse_override(arg)
+            entries = override.value()
+            missing = [entry for entry in EGPO_SEARCHPATH if entry not in entries] if isinstance(entries, list) else []
+            if missing:
+                added += missing
+                arg = f"{override.get_key_element()}=[{','.join([*map(str, entries), *missing])}]"
         kept.append(arg)
     note = (f"[egpo] hydra.searchpath: {', '.join(added)} kept after the command line's own entries (egpo's configs "
             "compose from them)") if added else None
     return kept, note
-
-
-def _hydra_list(value: str) -> list[str] | None:
-    """A Hydra override's list value (``[a,b]``, entries optionally quoted) as its entries; None for anything else
-    (an interpolation, say), which is passed to Hydra untouched."""
-    value = value.strip()
-    if not (value.startswith("[") and value.endswith("]")):
-        return None
-    inner = value[1:-1].strip()
-    if not inner:
-        return []
-    entries = [entry.strip() for entry in inner.split(",")]
-    if any(not entry or "${" in entry for entry in entries):
-        return None
-    return [entry[1:-1] if len(entry) > 1 and entry[0] == entry[-1] and entry[0] in "'\"" else entry
-            for entry in entries]
