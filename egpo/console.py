@@ -36,18 +36,17 @@ EXPECTED_WARNINGS = (
 QUIET_WARNINGS = ",".join(spec for spec, _ in EXPECTED_WARNINGS)
 VALIDATION_DUMPS = ("Initial validation metrics:", "Final validation metrics:")
 
-_run: dict = {"dir": None}  # this process's run directory (set in verl's task-runner process)
+_run: dict = {"config": None, "metrics": None}  # where this process's run keeps them (set in verl's task runner)
 
 
 def one_line_instead_of_a_dump(original, obj, *args, **kwargs):
     """Around ``pprint``: verl's config and validation dumps become one line; anything else is printed as it is."""
-    where = _run["dir"]
-    if where is not None and isinstance(obj, dict) and {"actor_rollout_ref", "trainer", "algorithm"} <= set(obj):
-        print(f"[egpo] the run's configuration: {where / 'config.yaml'}", flush=True)
+    if _run["config"] is not None and isinstance(obj, dict) and {"actor_rollout_ref", "trainer", "algorithm"} <= set(obj):
+        print(f"[egpo] the run's configuration: {_run['config']}", flush=True)
         return None
-    if where is not None and isinstance(obj, str) and obj.startswith(VALIDATION_DUMPS):
+    if _run["metrics"] is not None and isinstance(obj, str) and obj.startswith(VALIDATION_DUMPS):
         if obj.startswith("Initial"):  # the final one is in the driver's closing summary, which ends the console
-            print(f"[egpo] {obj.split(':', 1)[0].lower()}: every figure in {where / 'metrics.jsonl'}", flush=True)
+            print(f"[egpo] {obj.split(':', 1)[0].lower()}: every figure in {_run['metrics']}", flush=True)
         return None
     return original(obj, *args, **kwargs)
 
@@ -83,12 +82,10 @@ def quiet_workers(config: DictConfig) -> None:
             OmegaConf.update(config, WARNINGS_KEY, ",".join([*filters, *missing]), force_add=True)
 
 
-def fold_verls_dumps(config: DictConfig) -> None:
-    """In verl's task-runner process: its dumps as one line each, for a run with a run directory."""
-    from egpo.run_dir import run_directory
-
-    where = run_directory(config)
-    if where is not None:
-        _run["dir"] = Path(where)
+def fold_verls_dumps(config_file: Path | str | None, metrics_file: Path | str | None = None) -> None:
+    """In verl's task-runner process: its dumps as one line each, naming the file the run keeps the configuration in
+    (and, for a run that validates, its metrics); nothing is folded for a run that keeps no configuration."""
+    if config_file is not None:
+        _run["config"], _run["metrics"] = config_file, metrics_file
         CONFIG_DUMP.apply()
         VALIDATION_DUMP.apply()

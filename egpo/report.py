@@ -95,18 +95,38 @@ def load_runs(root: Path, left_out: list[str] | None = None) -> dict[str, dict[i
             arm, seed = identify(path)
             runs[arm][seed] = series
     if not runs:
-        raise SystemExit(f"no finished runs' metrics (*.jsonl from verl's file logger) under {root}")
+        raise SystemExit(no_runs_refusal(root, left_out))
     return dict(runs)
 
 
-# logged at some steps only (validations; the generation after a run, at its last step): the last value at or before
-# a step is the value there
+def no_runs_refusal(root: Path, left_out: list[str] | None) -> str:
+    """Why a folder has nothing to report, and what to give instead."""
+    from egpo.folders import GENERATION, MISSING, folder_kind, no_such_folder
+
+    kind = folder_kind(root)
+    if kind == MISSING:
+        why = no_such_folder("", root)
+    elif kind == GENERATION:
+        why = (f"{root} is an egpo.generate run (samples, no training metrics): its tokens are read by python -m "
+               f"egpo.analyze {root} --out {root / 'analysis'}")
+    elif left_out:
+        why = (f"no run under {root} has finished ({', '.join(sorted(left_out))}): python -m egpo.ablation --status "
+               f"{root} shows where each is")
+    else:
+        why = (f"no finished run's metrics under {root} (metrics.jsonl, from verl's file logger): give a main job's run "
+               "directory (trainer.default_local_dir, e.g. checkpoints/egpo/cpu_warm) or an egpo.ablation --out folder")
+    return f"[egpo] report: {why}"
+
+
+# logged at some steps only (validations; the generation after a run, at its last step): the value at a step is the
+# latest logged in its window, none where none was (a validation is never carried into a window it did not run in)
 SPARSE = ("val-", "token/")
 
 
 def at_step(series: Series, metric: str, step: int, window: int) -> float | None:
     if metric.startswith(SPARSE):
-        logged = [s for s in series if s <= step and metric in series[s] and math.isfinite(series[s][metric])]
+        logged = [s for s in series if step - window < s <= step and metric in series[s]
+                  and math.isfinite(series[s][metric])]
         return series[max(logged)][metric] if logged else None
     values = [series[s][metric] for s in range(step - window + 1, step + 1)
               if s in series and metric in series[s] and math.isfinite(series[s][metric])]
@@ -242,6 +262,8 @@ def summary_table(runs, metric: str, steps: list[int], window: int) -> list[str]
         for step in steps:
             values = seed_values(seeds, metric, step, window)
             if not values:
+                if metric.startswith(SPARSE) and logged_steps(seeds, metric):  # the arm's, none in this window
+                    lines.append(f"| {arm} | {step} | 0 | - | - | - | - |")
                 continue
             mean, std = mean_std(values)
             lines.append(f"| {arm} | {step} | {len(values)} | {_fmt(mean)} | {_fmt(std)} | "
@@ -462,7 +484,7 @@ def only_arms(runs, left_out: list[str], arms: list[str], baseline: str, root: P
     ablation (its own Holm family). An arm without finished runs, or a baseline outside ``arms``, is refused."""
     missing = [arm for arm in arms if arm not in runs]
     if missing:
-        raise SystemExit(f"no finished runs of {', '.join(missing)} under {root}; its arms: {', '.join(sorted(runs))}")
+        raise SystemExit(f"[egpo] report: no finished runs of {', '.join(missing)} under {root}; its arms: {', '.join(sorted(runs))}")
     if len(arms) > 1 and baseline not in arms:
         raise SystemExit(f"the baseline {baseline!r} is not among --arms {' '.join(arms)}: add it to --arms, or name "
                          f"one of them with --baseline")
@@ -487,7 +509,8 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
     lines = [f"# EGPO {kind}: {root}", "",
              "Runs: " + ", ".join(f"{arm} ({len(seeds)} seed{'s' * (len(seeds) != 1)})"
                                   for arm, seeds in runs.items()) +
-             f". Values at a step are means over the {window} steps ending there; spread is over seeds.", ""]
+             f". Values at a step are means over the {window} steps ending there (a validation's: the latest in "
+             "those steps, - where none ran); spread is over seeds.", ""]
     if left_out:
         lines += [f"Left out, not finished (`python -m egpo.ablation --status {root}`): {', '.join(sorted(left_out))}.",
                   ""]

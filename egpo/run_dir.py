@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -82,98 +81,25 @@ def resumed_step(config: DictConfig, where: Path) -> int:
 
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
 NO_STEPS_LINE = "[egpo] no step was logged"  # or its only one
-# the runner's last line on each of its two streams, read and kept off the console by the driver: every line the
-# runner printed before it on that stream has reached the driver (Ray forwards each stream in its order)
-END_MARK = "[egpo-runner-output-ends]"
-STREAMS = ("stdout", "stderr")
-SUMMARY_WAIT_S = 30  # the longest the driver waits for the runner's last lines before its closing summary
-
-
-class _RunnerEnd:
-    """What the driver has read of the runner's end: which streams ended, and the seconds its run took."""
-
-    def __init__(self):
-        self.ended: set[str] = set()
-        self.seconds: float | None = None
-        self.all_ended = threading.Event()
-
-    def read(self, line: str) -> None:
-        words = line[line.index(END_MARK) + len(END_MARK):].split()
-        if words and words[0] in STREAMS:
-            self.ended.add(words[0])
-            if len(words) > 1:
-                self.seconds = float(words[1])
-        if self.ended == set(STREAMS):
-            self.all_ended.set()
-
-
-class _Tee:
-    """A console stream that also appends to the run's log, and reads the runner's end marks off it."""
-
-    def __init__(self, stream, log, end: _RunnerEnd):
-        self.stream, self.log, self.end = stream, log, end
-        self._drop_newline = False  # print() writes a line's text and its newline in two calls
-
-    def write(self, text):
-        written = len(text)
-        if self._drop_newline:
-            self._drop_newline = False
-            text = text[1:] if text.startswith("\n") else text
-        if END_MARK in text:
-            kept = []
-            for line in text.splitlines(keepends=True):
-                if END_MARK in line:
-                    self.end.read(line)
-                    self._drop_newline = not line.endswith("\n")
-                else:
-                    kept.append(line)
-            text = "".join(kept)
-        if text:
-            self._to_log(text)
-            self.stream.write(text)
-        return written
-
-    def _to_log(self, text):
-        """A write that began before the attempt closed its log (Ray's log thread forwards the workers' lines at
-        any time) still reaches the console; the log has ended, and takes nothing more."""
-        try:
-            self.log.write(text)
-        except ValueError:  # I/O operation on closed file
-            pass
-
-    def flush(self):
-        try:
-            self.log.flush()
-        except ValueError:
-            pass
-        self.stream.flush()
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
 
 
 class RunOutputs:
     """Around one attempt of a main job, in the driver: the run directory prepared and announced, the console copied
     to its log, the attempt's metrics joined at the end and the closing summary printed last, once the runner's
     own last lines have come through (``with RunOutputs(config): run``; the runner marks its end:
-    :func:`end_runner_output`)."""
+    :func:`end_runner_output`; :mod:`egpo.runner_console`)."""
 
     def __init__(self, config: DictConfig):
         self.config = config
         self.where = run_directory(config)
-        self._log = self._streams = None
-        self._end = _RunnerEnd()
-        self._started: float | None = None  # when the attempt's console began to be copied
-        self._ray_before = False  # whether this process was connected to Ray before the attempt
+        self._log = self._console = None
 
     def __enter__(self):
         if self.where is None:
             return self
-        import ray
-
         from egpo.run_state import METRICS_FILE, continue_metrics
+        from egpo.runner_console import RunnerConsole
 
-        self._ray_before = ray.is_initialized()
         self.where.mkdir(parents=True, exist_ok=True)
         resume = resumed_step(self.config, self.where)
         continue_metrics(self.where, resume)
@@ -184,50 +110,38 @@ class RunOutputs:
         (self.where / CONFIG).write_text(text)
         self._log = (self.where / LOG).open("a", buffering=1)
         self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
-        self._streams = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(sys.stdout, self._log, self._end), _Tee(sys.stderr, self._log, self._end)
-        self._started = time.monotonic()
+        self._console = RunnerConsole(closing=self._summary, log=self._log).__enter__()
         start = f"resumes from step {resume}" if resume else "starts at step 0"
         print(f"[egpo] run directory: {self.where} ({start}; {CONFIG}, {METRICS_FILE}, {LOG}, "
               "checkpoints)", flush=True)
         return self
 
+    def _summary(self, seconds: float) -> list[str]:
+        from egpo.run_state import logged_steps
+
+        return summary_lines(self.where, logged_steps(self.where), self.config, seconds)
+
     def __exit__(self, kind, error, trace):
         if self.where is None:
             return False
-        from egpo.run_state import join_attempt_metrics, logged_steps
+        from egpo.run_state import join_attempt_metrics
 
-        join_attempt_metrics(self.where)
-        if kind is None:  # Ray forwards the runner's last lines after its run returned
-            self._end.all_ended.wait(timeout=SUMMARY_WAIT_S)
-            self._release_held_worker_lines()
-            seconds = self._end.seconds if self._end.seconds is not None else time.monotonic() - self._started
-            for line in summary_lines(self.where, logged_steps(self.where), self.config, seconds):
-                print(line, flush=True)
-        sys.stdout, sys.stderr = self._streams
-        self._log.close()
+        try:
+            join_attempt_metrics(self.where)
+            self._console.__exit__(kind, error, trace)
+        finally:
+            self._log.close()
         return False
-
-    def _release_held_worker_lines(self) -> None:
-        """Ray's driver holds back a worker's line that another worker printed too (digits aside) within its
-        deduplication window, until the next forwarded batch or its shutdown, and the process's exit would shut it
-        down after the closing summary. Once the runner's last lines came through the run is over: the Ray this
-        attempt connected to is shut down here, and those lines come before the summary."""
-        import ray
-
-        if ray.is_initialized() and not self._ray_before:
-            ray.shutdown()
 
 
 def end_runner_output(config: DictConfig, seconds: float) -> None:
-    """At the end of verl's ``run``, in its task-runner process (egpo's runner): a last line on each of its streams,
-    which the driver keeps off the console (:class:`RunOutputs`); the driver's closing summary follows it, and so
-    follows verl's own last lines (its progress bar's end among them)."""
-    if run_directory(config) is None:
-        return
-    sys.stderr.flush()
-    print(f"{END_MARK} stderr", file=sys.stderr, flush=True)
-    print(f"{END_MARK} stdout {seconds:.3f}", flush=True)
+    """At the end of verl's ``run``, in its task-runner process (egpo's runner): the runner's end marks
+    (:func:`egpo.runner_console.end_runner_output`), for a run with a run directory; the driver's closing summary
+    follows them, and so follows verl's own last lines (its progress bar's end among them)."""
+    from egpo.runner_console import end_runner_output as mark_end
+
+    if run_directory(config) is not None:
+        mark_end(seconds)
 
 
 def _last(steps: list[dict], key: str) -> tuple[int, float] | None:

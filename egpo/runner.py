@@ -28,6 +28,15 @@ class EgpoTaskRunner(ENTRY.base):
 
         return EgpoRayPPOTrainer
 
+    @staticmethod
+    def kept_files(config) -> tuple:
+        """(the file that keeps the run's configuration, the file that keeps its metrics), or (None, None)."""
+        from egpo.run_dir import run_directory
+        from egpo.run_state import CONFIG, METRICS_FILE
+
+        where = run_directory(config)
+        return (where / CONFIG, where / METRICS_FILE) if where is not None else (None, None)
+
     def finished(self, config, seconds: float) -> None:
         from egpo.run_dir import end_runner_output
 
@@ -38,7 +47,7 @@ class EgpoTaskRunner(ENTRY.base):
 
         started = time.monotonic()
         ENTRY.install_trainer(self.trainer_class())
-        fold_verls_dumps(config)  # the run directory holds them (egpo.console)
+        fold_verls_dumps(*self.kept_files(config))  # the run directory holds them (egpo.console)
         if config.trainer.get("device", "cuda") == "cpu":
             from egpo.cpu.padding import use_torch_padding
 

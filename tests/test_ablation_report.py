@@ -52,6 +52,25 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     assert "| grpo | 2 | 3 | 2.5 |" in write_report(tmp_path, steps=[2], window=2).read_text()
 
 
+def test_a_window_without_a_validation_shows_none_and_one_with_shows_its_latest(tmp_path):
+    """Validation at steps 10, 20 and 30 (test_freq=10), reported in 5-step windows: the window ending at step 15
+    (steps 11-15) holds none, and shows none, never step 10's; the window ending at 12 (8-12) shows step 10's; a
+    window holding two shows the later."""
+    from egpo.report import at_step
+
+    rows = [(s, {"critic/score/mean": s / 100, **({"val-egpo/pass@1": s / 1000} if s % 10 == 0 else {})})
+            for s in range(1, 31)]
+    write_run(tmp_path / "cpu_warm" / "metrics.jsonl", rows)
+    series = load_runs(tmp_path)["cpu_warm"][0]
+    assert at_step(series, "val-egpo/pass@1", 15, 5) is None
+    assert at_step(series, "val-egpo/pass@1", 12, 5) == 0.01
+    assert at_step(series, "val-egpo/pass@1", 20, 15) == 0.02
+    assert at_step(series, "critic/score/mean", 15, 5) == pytest.approx(sum(range(11, 16)) / 500)
+    report = write_report(tmp_path, steps=[10, 15, 30], window=5).read_text()
+    assert "| cpu_warm | 15 | 0 | - | - | - | - |" in report and "| cpu_warm | 10 | 1 | 0.01 |" in report
+    assert "(a validation's: the latest in those steps, - where none ran)" in report
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(VERL != "0.7.1", reason="the ablation is egpo's, the same on both stacks: on verl 0.9.1, "
                                             "tests/test_ablation_cluster.py runs one arm x 2 seeds on a cluster and "

@@ -154,6 +154,21 @@ def test_readmes_generation_chain_runs_as_written_after_its_run(readme_chain, ch
     assert (checkout / "gen" / "analysis" / "analysis.json").exists(), analysed.stdout[-3000:]
 
 
+def test_a_generation_ends_with_its_closing_line_and_names_only_files_it_wrote(readme_chain, checkout):
+    """The closing line comes after every worker's last line (both streams, as a terminal shows them); the file a
+    generation's configuration line names exists; a run that trains nothing prints none of verl's training-schedule
+    lines."""
+    sampled, scored, _ = readme_chain
+    for proc, out in ((sampled, checkout / "gen" / "base"), (scored, checkout / "gen" / "trained_on_base")):
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        assert lines[-1].startswith(f"[egpo] generate: 64 rows in {out / 'samples'}; the analysis:"), lines[-5:]
+        for noise in ("Total training steps", "num_warmup_steps", "Checkpoint tracker file does not exist"):
+            assert noise not in proc.stdout, noise
+        named = [line.split("[egpo] the run's configuration: ", 1)[1].split(" (")[0] for line in lines
+                 if "[egpo] the run's configuration: " in line]
+        assert named == [str(out / "run.json")] and Path(named[0]).is_file()
+
+
 def test_a_killed_generation_finishes_to_the_uninterrupted_rows(readme_chain, checkout):
     _, chain = readme_commands()
     cut = checkout / "gen" / "cut"

@@ -101,7 +101,9 @@ def test_verls_dumps_become_one_line_each_in_the_runners_process(tmp_path, monke
     cfg = config(tmp_path / "run")
     run_dir.complete_run_outputs(cfg)
     try:
-        console.fold_verls_dumps(cfg)
+        from egpo.runner import EgpoTaskRunner
+
+        console.fold_verls_dumps(*EgpoTaskRunner.kept_files(cfg))
         from pprint import pprint as verls_pprint  # TaskRunner.run imports it inside the method, after egpo's runner
 
         verls_pprint(OmegaConf.to_container(cfg, resolve=True))
@@ -142,7 +144,9 @@ def test_a_failed_attempt_keeps_its_metrics_and_prints_no_summary(tmp_path, monk
     assert [s["step"] for s in read_steps(where / METRICS_FILE)] == [1]
     import sys
 
-    assert not isinstance(sys.stdout, run_dir._Tee)
+    from egpo.runner_console import Tee
+
+    assert not isinstance(sys.stdout, Tee)
 
 
 def test_a_steps_console_line_is_short_and_names_what_the_bonus_did():
@@ -164,18 +168,18 @@ def test_the_runners_end_marks_are_read_off_the_console_however_ray_writes_them(
     finished run must not end with a traceback)."""
     import io
 
-    from egpo import run_dir
+    from egpo import runner_console
 
-    console, end = io.StringIO(), run_dir._RunnerEnd()
+    console, end = io.StringIO(), runner_console.RunnerEnd()
     log = (tmp_path / "log.txt").open("a")
-    tee = run_dir._Tee(console, log, end)
+    tee = runner_console.Tee(console, log, end)
     prefix = "\x1b[36m(EgpoTaskRunner pid=7)\x1b[0m "
     tee.write(f"{prefix}Training Progress: 100%")
     tee.write("\n")
-    tee.write(f"{prefix}{run_dir.END_MARK} stderr")
+    tee.write(f"{prefix}{runner_console.END_MARK} stderr")
     assert end.ended == {"stderr"} and not end.all_ended.is_set()
     tee.write("\n")
-    tee.write(f"{prefix}step:2 - a:1\n{prefix}{run_dir.END_MARK} stdout 45.250\n")
+    tee.write(f"{prefix}step:2 - a:1\n{prefix}{runner_console.END_MARK} stdout 45.250\n")
     assert end.all_ended.is_set() and end.seconds == 45.25
     log.close()
     tee.write("(raylet) a late line\n")

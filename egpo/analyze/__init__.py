@@ -41,6 +41,17 @@ def make_decoder(runs):
     return decode
 
 
+def default_names(dirs: list[Path]) -> list[str]:
+    """Each folder's name, with as many of its parents as tell it apart from the others
+    (``grpo__seed0/generate_on_base`` beside ``egpo_rollout__seed0/generate_on_base``)."""
+    parts = [Path(d).expanduser().resolve().parts for d in dirs]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return names
+
+
 def analyze(dirs: list[Path], out: Path, *, names: list[str] | None = None, solved_score: float = 1.0,
             min_count: int = 20, top: int = 20, resamples: int = 200, seed: int = 0, show: int = 8) -> dict:
     from egpo.analyze.page import analysis_md, index_html
@@ -48,7 +59,7 @@ def analyze(dirs: list[Path], out: Path, *, names: list[str] | None = None, solv
     from egpo.analyze.stats import compare, run_summary
     from egpo.analyze.tokens import load_run
 
-    names = names or [Path(d).name for d in dirs]
+    names = names or default_names(dirs)
     if len(set(names)) != len(names):
         names = [f"{i}:{n}" for i, n in enumerate(names)]
     runs = [load_run(Path(d), name) for d, name in zip(dirs, names)]

@@ -23,6 +23,24 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def folder_problems(run: Path) -> list[str]:
+    """A run folder that is not an egpo.generate run: missing (with the sibling meant), or a training run's or an
+    ablation's folder, with what to run on it instead."""
+    from egpo.folders import ABLATION, MISSING, TRAINING, folder_kind, generate_from, no_such_folder
+
+    kind = folder_kind(run)
+    if kind == MISSING:
+        return [no_such_folder("", run)]
+    if kind == TRAINING:
+        return [f"{run} is a training run's folder, not an egpo.generate run: its report is python -m egpo.report "
+                f"{run}; for its tokens, sample from its checkpoint first ({generate_from(run)}) and analyze that "
+                "folder"]
+    if kind == ABLATION:
+        return [f"{run} is an ablation's folder: its report is python -m egpo.report {run}; its generations "
+                f"(egpo.ablation --generate) are {run}/generate_base_scored and {run}/<run>/generate_on_base"]
+    return []
+
+
 def main(argv: list[str] | None = None) -> None:
     import time
 
@@ -32,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.names and len(args.names) != len(args.runs):
         raise SystemExit(f"[egpo] analyze: --names gives {len(args.names)} names for {len(args.runs)} runs")
+    problems = [problem for run in args.runs for problem in folder_problems(run)]
+    if problems:
+        raise SystemExit("[egpo] analyze: " + "; ".join(problems))
     started = time.monotonic()
     try:
         analysis = analyze(args.runs, args.out, names=args.names, solved_score=args.solved_score,

@@ -66,16 +66,13 @@ def main(argv: list[str] | None = None) -> None:
     if store.done():
         print(f"[egpo] generate: {store.out} is complete (done.json); nothing to do", flush=True)
         return
-    from egpo.generate.setup import launch
+    from egpo.generate.setup import TRAINING_ONLY_LINES, closing_lines, launch
+    from egpo.runner_console import RunnerConsole
 
-    launch(config)
+    with RunnerConsole(closing=lambda seconds: closing_lines(store), dropped=TRAINING_ONLY_LINES):
+        launch(config)
     if not store.done():
         raise SystemExit(f"[egpo] generate: {store.out} is not complete; the same command finishes it")
-    from egpo.generate.store import read_done
-
-    print(f"[egpo] generate: {read_done(store.out)['rows']} rows in {store.samples}; the analysis: python -m "
-          f"egpo.analyze {store.out} --out {store.out / 'analysis'}", flush=True)
-
 
 if __name__ == "__main__":
     main()

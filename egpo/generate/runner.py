@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from egpo.runner import EgpoTaskRunner
 
 
@@ -12,5 +14,16 @@ class GenerateTaskRunner(EgpoTaskRunner):
 
         return GenerationTrainer
 
-    def finished(self, config, seconds: float) -> None:  # the generation loop said what it wrote
-        return None
+    @staticmethod
+    def kept_files(config) -> tuple:
+        """A generation run keeps its configuration in its run.json (``config``) and logs no metrics."""
+        from egpo.generate.options import GenerateOptions
+        from egpo.run_state import RUN
+
+        return f"{Path(GenerateOptions.from_config(config).out) / RUN} (its config)", None
+
+    def finished(self, config, seconds: float) -> None:
+        """The end marks the driver waits for before the command's closing line (:mod:`egpo.runner_console`)."""
+        from egpo.runner_console import end_runner_output
+
+        end_runner_output(seconds)

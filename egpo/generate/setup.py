@@ -4,6 +4,8 @@ with egpo's generation runner."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import OmegaConf, open_dict
 
 from egpo.errors import EgpoConfigError
@@ -25,6 +27,11 @@ GENERATION_OVERRIDES = (
     # prepared whatever an ablation arm's bypass setting (a run that only generates never recomputes)
     "algorithm.rollout_correction.bypass_mode=false",
 )
+
+# verl's lines about a training schedule a generation run does not have, left off its console: the trainer's total
+# steps, the actor's learning-rate warm-up, and the resume pointer of the trainer folder (--checkpoint is loaded by
+# path, and verl says "Resuming from" it)
+TRAINING_ONLY_LINES = ("Total training steps:", ", num_warmup_steps:", "Checkpoint tracker file does not exist:")
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -74,6 +81,32 @@ def recipe_options(args) -> str:
                      f"--config-name={args.config_name}"])
 
 
+def refuse_out_folder(given, out) -> None:
+    """A generation writes into a folder of its own: never among a training run's checkpoints and metrics."""
+    from egpo.folders import ABLATION, TRAINING, folder_kind
+
+    kind = folder_kind(out)
+    if kind == TRAINING:
+        raise EgpoConfigError(f"--out {given} is a training run's folder (its checkpoints and metrics): give the "
+                              f"generation a folder of its own, e.g. --out {Path(given) / 'generate'}")
+    if kind == ABLATION:
+        raise EgpoConfigError(f"--out {given} is an ablation's folder: give the generation a folder of its own, e.g. "
+                              f"--out {Path(given) / 'generate_base'}")
+
+
+def refuse_score_folder(args, source) -> None:
+    """--score reads a finished generation run: a missing folder or a training run's is said as such."""
+    from egpo.folders import MISSING, TRAINING, folder_kind, no_such_folder
+
+    kind = folder_kind(source)
+    if kind == MISSING:
+        raise EgpoConfigError(no_such_folder("--score", args.score))
+    if kind == TRAINING:
+        raise EgpoConfigError(f"--score {args.score} is a training run's folder, not a generation run: sample from its "
+                              f"checkpoint with python -m egpo.generate {recipe_options(args)} --checkpoint "
+                              f"{args.score} --out {Path(args.score) / 'generate'}, then --score that folder")
+
+
 def prepare_generation(args):
     """-> (config with its ``egpo_generate`` node, the store holding run.json)."""
     from egpo.run_state import DONE, installed_versions
@@ -83,8 +116,10 @@ def prepare_generation(args):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     out = args.out.expanduser().resolve()
     source = None
+    refuse_out_folder(args.out, out)
     if args.score is not None:
         source = args.score.expanduser().resolve()
+        refuse_score_folder(args, source)
         held = read_run(source, recipe=recipe_options(args))
         if not (source / DONE).exists():
             raise EgpoConfigError(f"--score {args.score}: that run is not finished (no done.json); rerun its command "
@@ -130,6 +165,16 @@ def prepare_generation(args):
     print(f"[egpo] generate: {options.mode} into {out} ({'teacher-forcing ' + options.source if source else f'{options.n} samples per prompt of {args.split}'}"
           f"{', checkpoint ' + options.checkpoint if checkpoint else ''})", flush=True)
     return config, store
+
+
+def closing_lines(store: SampleStore) -> list[str]:
+    """What a finished generation run says last: its rows, where they are, the analysis command."""
+    from egpo.generate.store import read_done
+
+    if not store.done():
+        return []
+    return [f"[egpo] generate: {read_done(store.out)['rows']} rows in {store.samples}; the analysis: python -m "
+            f"egpo.analyze {store.out} --out {store.out / 'analysis'}"]
 
 
 def launch(config) -> None:
