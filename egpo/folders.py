@@ -4,11 +4,11 @@ directory, or one run of an ablation), an ablation's folder, or an ``egpo.genera
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
 from egpo.run_state import CONFIG, LATEST, METRICS_FILE, RUN
+from egpo.typos import did_you_mean
 
 MISSING, GENERATION, TRAINING, ABLATION, OTHER = "missing", "generation", "training", "ablation", "other"
 
@@ -40,8 +40,7 @@ def no_such_folder(option: str, path: Path) -> str:
     path = Path(path)
     parent = path.expanduser().resolve().parent
     siblings = [child.name for child in parent.iterdir() if child.is_dir()] if parent.is_dir() else []
-    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.7)
-    meant = f" (did you mean {path.parent / close[0]}?)" if close else ""
+    meant = did_you_mean(path.name, siblings, cutoff=0.7, show=lambda name: path.parent / name)
     return f"{option}{' ' if option else ''}{path}: no such folder{meant}"
 
 

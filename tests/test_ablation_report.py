@@ -279,3 +279,18 @@ def test_the_ablations_help_says_what_it_does_in_whole_sentences_and_names_each_
     for arm in ARMS:
         assert flat.count(f" {arm},") + flat.count(f" {arm} ") + flat.count(f" {arm}.") >= 1
     assert flat.count("egpo_token_respspan_rollout_vllm") == 1  # listed once, not in the usage line as well
+
+
+def test_a_misspelled_arm_is_one_line_with_the_arm_meant():
+    from egpo.ablation.cli import parse
+
+    with pytest.raises(SystemExit) as stop:
+        parse(["--config-path=recipes", "--config-name=cpu_warm", "--out=x", "--arms", "grpo", "egpo_rolout",
+               "entropy_method", "nothing_like_it"])
+    said = str(stop.value.code)
+    assert said.startswith("[ablation] --arms egpo_rolout: no such arm or arm set (did you mean egpo_rollout?); "
+                           "--arms entropy_method: no such arm or arm set (did you mean entropy_methods?); "
+                           "--arms nothing_like_it: no such arm or arm set. Arm sets: ")
+    assert said.endswith("every arm: python -m egpo.ablation --help") and "\n" not in said
+    assert parse(["--config-path=recipes", "--config-name=cpu_warm", "--out=x", "--arms", "grpo", "sources"]).arms[:2] \
+        == ["grpo", "egpo_actor"]

@@ -59,3 +59,23 @@ def test_integers_read_as_numbers_and_bad_values_are_refused_naming_the_key():
             EgpoAlgorithmConfig.from_node(node)
         with pytest.raises(EgpoConfigError, match=message):
             EgpoSettings.from_algorithm({"adv_estimator": "egpo", **node})
+
+
+@pytest.mark.parametrize("node, meant", [({"entropy_source": "rollot"}, "'rollout'"),
+                                         ({"entropy_source": "actr"}, "'actor'"),
+                                         ({"egpo_span": "respose"}, "'response'"),
+                                         ({"egpo_granularity": "tokens"}, "'token'"),
+                                         ({"egpo_token_selection": "top_entropy_per_reponse"},
+                                          "'top_entropy_per_response'"),
+                                         ({"egpo_token_reweighting": "stair"}, "'stare'"),
+                                         ({"stare_variant": "c2"}, "'C2'")])
+def test_a_misspelled_value_is_answered_with_the_value_meant(node, meant):
+    (key, value), = node.items()
+    with pytest.raises(ValueError, match=f"algorithm.{key}='{value}' is not one of [^(]*\\(did you mean {meant}\\?\\)"):
+        EgpoAlgorithmConfig.from_node(node)
+
+
+def test_a_value_within_no_typo_of_any_gets_the_list_alone():
+    with pytest.raises(ValueError) as err:
+        EgpoAlgorithmConfig.from_node({"entropy_source": "engine"})
+    assert "did you mean" not in str(err.value) and "'actor', 'rollout', 'surprisal'" in str(err.value)

@@ -11,6 +11,7 @@ from pathlib import Path
 from egpo.ablation.arms import ARM_SETS, ARMS, DEFAULT_ARMS, expand_arms, run_name
 from egpo.ablation.attempt import override_value, run_command, write_run
 from egpo.run_state import CHECKPOINTS, DONE
+from egpo.typos import did_you_mean
 
 
 def default_save_every(steps: int) -> int:
@@ -62,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m egpo.ablation", description=description, allow_abbrev=False)
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
-    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=[*ARMS, *ARM_SETS], metavar="ARM",
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), metavar="ARM",
                         help=f"arms or arm sets (default: {' '.join(DEFAULT_ARMS)}). Sets: {', '.join(ARM_SETS)}. "
                              f"Arms: {', '.join(ARMS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
@@ -105,6 +106,11 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> argparse.Namespace:
     """The arguments, checked (``--status DIR`` is read before them, by :func:`main`)."""
     args = parser().parse_args(argv)
+    unknown = [name for name in args.arms if name not in ARMS and name not in ARM_SETS]
+    if unknown:
+        raise SystemExit("[ablation] " + "; ".join(
+            f"--arms {name}: no such arm or arm set{did_you_mean(name, [*ARMS, *ARM_SETS], show=str)}"
+            for name in unknown) + f". Arm sets: {', '.join(ARM_SETS)}; every arm: python -m egpo.ablation --help")
     if args.keep < 2:
         raise SystemExit("--keep must be at least 2: a run killed between saving a checkpoint and logging its step "
                          "resumes from the checkpoint before it")

@@ -14,6 +14,7 @@ from typing import Any
 from egpo.advantage.variants import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
 from egpo.advantage.stare import STARE_VARIANTS, TOKEN_REWEIGHTINGS, validate_stare
 from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
+from egpo.typos import did_you_mean
 
 ENTROPY_SOURCES = ("actor", "rollout", "surprisal")
 
@@ -63,7 +64,9 @@ class EgpoAlgorithmConfig:
         if self.entropy_source not in ENTROPY_SOURCES:
             raise ValueError(
                 f"algorithm.entropy_source={self.entropy_source!r} is not one of "
-                f"{', '.join(repr(s) for s in ENTROPY_SOURCES)}: 'actor' uses the entropy of the old-log-prob "
+                f"{', '.join(repr(s) for s in ENTROPY_SOURCES)}"
+                f"{did_you_mean(self.entropy_source, ENTROPY_SOURCES)}: "
+                "'actor' uses the entropy of the old-log-prob "
                 "recompute, 'rollout' the entropy the rollout engine returns while sampling, 'surprisal' -log p of each "
                 "sampled token from the rollout's log probs")
         validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha, ALGORITHM_DEFAULTS)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from egpo.advantage.token_selection import kept_count
+from egpo.typos import did_you_mean
 
 TOKEN_REWEIGHTINGS = ("none", "stare")
 STARE_VARIANTS = ("O1", "C2")
@@ -54,10 +55,12 @@ def validate_stare(reweighting: str, variant: str, top_ratio: float, w: float, m
     """``egpo_token_reweighting`` in :data:`TOKEN_REWEIGHTINGS` and STARE's settings in range."""
     if reweighting not in TOKEN_REWEIGHTINGS:
         raise ValueError(f"algorithm.egpo_token_reweighting={reweighting!r} is not one of "
-                         f"{', '.join(repr(r) for r in TOKEN_REWEIGHTINGS)}: 'none' keeps the advantages, 'stare' "
+                         f"{', '.join(repr(r) for r in TOKEN_REWEIGHTINGS)}"
+                         f"{did_you_mean(reweighting, TOKEN_REWEIGHTINGS)}: 'none' keeps the advantages, 'stare' "
                          "reweights the highest-surprisal tokens' (Luo et al. 2606.19236)")
     if variant not in STARE_VARIANTS:
-        raise ValueError(f"algorithm.stare_variant={variant!r} is not one of {', '.join(map(repr, STARE_VARIANTS))}: "
+        raise ValueError(f"algorithm.stare_variant={variant!r} is not one of {', '.join(map(repr, STARE_VARIANTS))}"
+                         f"{did_you_mean(variant, STARE_VARIANTS)}: "
                          "O1 reweights the positive set's top tokens, C2 also the negative set's")
     numbers = {"stare_top_ratio": top_ratio, "stare_w": w, "stare_m": m, "stare_target_entropy": target_entropy}
     for key, value in numbers.items():

@@ -33,6 +33,8 @@ from fractions import Fraction
 
 import torch
 
+from egpo.typos import did_you_mean
+
 TOKEN_SELECTIONS = ("all", "top_entropy", "top_entropy_per_response")
 SELECTING = ("top_entropy", "top_entropy_per_response")  # the selections that narrow the mask
 NONFINITE_SHARE_LIMIT = 0.01  # above this share of a batch's valid tokens, non-finite entropy stops the run
@@ -43,7 +45,8 @@ def validate_token_selection(selection: str, quantile: float) -> None:
     if selection not in TOKEN_SELECTIONS:
         raise ValueError(
             f"algorithm.egpo_token_selection={selection!r} is not one of "
-            f"{', '.join(repr(s) for s in TOKEN_SELECTIONS)}: 'all' trains on every response token, 'top_entropy' "
+            f"{', '.join(repr(s) for s in TOKEN_SELECTIONS)}{did_you_mean(selection, TOKEN_SELECTIONS)}: 'all' "
+            "trains on every response token, 'top_entropy' "
             "only on the batch's highest-entropy tokens (algorithm.egpo_top_entropy_quantile of them), "
             "'top_entropy_per_response' on each response's own highest-entropy tokens (that share of each)"
         )

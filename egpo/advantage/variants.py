@@ -3,6 +3,8 @@ imported (the estimator itself, :mod:`egpo.advantage.egpo`, calls verl's GRPO)."
 
 from __future__ import annotations
 
+from egpo.typos import did_you_mean
+
 # algorithm.adv_estimator: the name egpo registers its estimator under in verl (egpo.advantage.registry)
 ESTIMATOR_NAME = "egpo"
 
@@ -35,5 +37,6 @@ def validate_egpo_variant(granularity: str, span: str, defaults=()) -> None:
         if value not in allowed:
             raise ValueError(
                 f"algorithm.{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)}"
+                f"{did_you_mean(value, allowed)}"
                 f"{_default(defaults, key)}; e.g. algorithm.{key}={allowed[-1]}"
             )
