@@ -240,11 +240,14 @@ if sys.argv[1] == "killed_once":  # the first attempt dies as the kernel's OOM k
     sys.argv[1] = "0"
 for step in (1, 2):
     with open(path, "a") as f:
-        f.write(json.dumps({"step": step, "data": {"cwd": os.getcwd()}}) + "\\n")
+        timing = {"timing_s/step": 1.5} if sys.argv[1] == "paced" else {}
+        f.write(json.dumps({"step": step, "data": {"cwd": os.getcwd(), **timing}}) + "\\n")
+    if sys.argv[1] == "paced":  # a training step's time, as verl logs it
+        time.sleep(1.5)
 if sys.argv[1] == "sleep":
     print("training", flush=True)
     time.sleep(600)
-sys.exit(int(sys.argv[1]) if sys.argv[1] != "sleep" else 0)
+sys.exit(int(sys.argv[1]) if sys.argv[1] not in ("sleep", "paced") else 0)
 """
 
 
@@ -300,6 +303,19 @@ def test_without_a_cluster_a_killed_attempt_is_retried_and_a_run_that_fails_ever
     assert out.count(f"2/2 {failing.name}: FAILED (rc 3)") == 2 and not (failing / DONE).exists()
     assert json.loads((failing / FAILED).read_text())["returncode"] == 3
     assert run_locally([killed], retries=1) == [] and "done before, skipped" in capsys.readouterr().out
+
+
+def test_a_local_run_names_its_log_and_says_its_step_while_it_trains(tmp_path, capsys):
+    from egpo.ablation.local import run_locally
+
+    paced = attempt_run(tmp_path / "paced", "paced")
+    (paced / DONE).unlink(missing_ok=True)
+    assert run_locally([paced], retries=0) == []
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"[ablation] 1/1 {paced.name}: running (2 steps); its console: {paced / 'log.txt'}"
+    assert out[1].startswith(f"[ablation] 1/1 {paced.name}: step 1/2, ")
+    assert out[2].startswith(f"[ablation] 1/1 {paced.name}: step 2/2, ") and out[2].endswith(" s/step, 0s left")
+    assert out[3].startswith(f"[ablation] 1/1 {paced.name}: done in")
 
 
 def test_the_job_entrypoint_stopped_by_ray_records_the_attempt_and_stops_its_training(tmp_path):

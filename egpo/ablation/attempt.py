@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
+from egpo.ablation.progress import TRAINING_STEP_KEY
 from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, LOG, RUN, begin_attempt, end_attempt, installed_versions,
                              record_attempt, run_nodes)
 
@@ -91,7 +92,6 @@ class Ended(Exception):
 
 
 STALL_FACTOR = 5  # a run is stalled after this many times its slowest step (at least spec["stall_timeout"])
-TRAINING_STEP_KEY = "timing_s/step"  # in a training step's logged line (verl's timing); a validation-only line has none
 STALL_BASE_S = 1800  # the stall allowance of a recipe whose responses are up to STALL_BASE_TOKENS long
 STALL_BASE_TOKENS = 4096
 
@@ -111,8 +111,8 @@ class Watch:
     validation's generations: the first step's generations and update take the same order of time); after it,
     ``max(stall_timeout, STALL_FACTOR x the slowest training step so far)``."""
 
-    def __init__(self, metrics: Path, timeout: float | None, stall_timeout: float | None):
-        self.metrics, self.timeout, self.stall_timeout = metrics, timeout, stall_timeout
+    def __init__(self, metrics: Path, timeout: float | None, stall_timeout: float | None, on_line=None):
+        self.metrics, self.timeout, self.stall_timeout, self.on_line = metrics, timeout, stall_timeout, on_line
         self.start = self.last = time.time()
         self.offset, self.slowest, self.steps, self.validation = 0, 0.0, 0, 0.0
         self.partial = b""
@@ -141,6 +141,8 @@ class Watch:
         """Why the attempt must end now (None: it goes on)."""
         now = time.time()
         for line in self._new_lines():
+            if self.on_line is not None:
+                self.on_line(line, now)
             if TRAINING_STEP_KEY in (line.get("data") or {}):
                 if self.steps:
                     self.slowest = max(self.slowest, now - self.last)
@@ -174,7 +176,7 @@ def wait(proc: subprocess.Popen, watch: Watch, every: float = 1.0) -> int:
                 raise Ended(reason) from None
 
 
-def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
+def run_attempt(work: Path, own_session: bool, echo: bool = False, on_line=None) -> dict:
     """One attempt, from the run's last checkpoint; returns ``{"returncode", "seconds", "resumed_from", "host",
     "nodes"}`` (``host``: where the attempt ran, the head on a cluster; ``nodes``: where the run placed its GPU
     workers, empty where it failed before placing them), and ``"ended"``: why its watch stopped it, where it did.
@@ -182,7 +184,8 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
     ``own_session``: the training gets a process session of its own, and stopping the attempt (its timeout, a stall,
     Ctrl-C) kills that session, with every process the training started (a local Ray's among them). A Ray job's
     entrypoint leaves the training in the job's own session, which Ray signals when it stops the job. ``echo``: the
-    training's output goes to this process's stdout as well as to the run's log (a Ray job's log).
+    training's output goes to this process's stdout as well as to the run's log (a Ray job's log). ``on_line(line,
+    when)``: called with each metrics line the attempt logs, as the watch reads it (the ablation's progress lines).
     """
     spec = json.loads((work / RUN).read_text())
     cwd = Path(spec["cwd"])
@@ -205,7 +208,7 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False) -> dict:
                                 start_new_session=own_session)
         record_attempt(work, proc.pid, resume)
         pump = _echo(proc, log) if echo else None
-        watch = Watch(metrics, spec.get("timeout") or None, spec.get("stall_timeout") or None)
+        watch = Watch(metrics, spec.get("timeout") or None, spec.get("stall_timeout") or None, on_line)
         try:
             returncode = wait(proc, watch)
         except BaseException as err:  # the watch, Ctrl-C, the job stopped: the training stops with the attempt

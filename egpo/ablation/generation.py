@@ -17,6 +17,7 @@ every other metric.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,15 +67,31 @@ def generation_commands(out: Path, runs: list[Path], config_path: str, config_na
     return commands
 
 
+def run_logged(command: list[str], log, label: str) -> int:
+    """``command``'s output into ``log``, its progress bar (:mod:`egpo.generate.progress`) also on the console."""
+    from egpo.ablation.progress import generation_progress
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in proc.stdout:
+        log.write(line)
+        bar = generation_progress(line)
+        if bar:
+            log.flush()
+            print(f"{label}: {bar}", flush=True)
+    return proc.wait()
+
+
 def run_generation(commands: list[list[str]]) -> list[str]:
     """Runs each command (its output to its folder's ``generate.log``); returns the folders that failed."""
     failed = []
     for i, command in enumerate(commands, 1):
         target = Path(command[command.index("--out") + 1])
         target.mkdir(parents=True, exist_ok=True)
-        print(f"[ablation] generate {i}/{len(commands)}: {target}", flush=True)
+        print(f"[ablation] generate {i}/{len(commands)}: {target}; its console: {target / 'generate.log'}", flush=True)
+        label = f"[ablation] generate {i}/{len(commands)}"
         with open(target / "generate.log", "a") as log:
-            status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+            status = run_logged(command, log, label)
         if status:
             print(f"[ablation] generate FAILED (rc {status}): {target}; its log: {target / 'generate.log'}",
                   flush=True)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from egpo.ablation.attempt import log_tail, run_attempt
-from egpo.run_state import DONE
+from egpo.ablation.progress import StepProgress
+from egpo.run_state import DONE, LOG, RUN
+
+
+def run_steps(work: Path) -> int:
+    """The training steps the run was asked for (its run.json)."""
+    import json
+
+    return int(json.loads((work / RUN).read_text())["steps"])
 
 
 def run_locally(runs: list[Path], retries: int) -> list[str]:
@@ -17,9 +25,10 @@ def run_locally(runs: list[Path], retries: int) -> list[str]:
         if (work / DONE).exists():
             print(f"[ablation] {i}/{len(runs)} {name}: done before, skipped", flush=True)
             continue
+        label = f"[ablation] {i}/{len(runs)} {name}"
         for attempt in range(retries + 1):
-            print(f"[ablation] {i}/{len(runs)} {name}: running ...", flush=True)
-            result = run_attempt(work, own_session=True)
+            print(f"{label}: running ({run_steps(work)} steps); its console: {work / LOG}", flush=True)
+            result = run_attempt(work, own_session=True, on_line=StepProgress(label, run_steps(work)))
             if result["returncode"] == 0:
                 print(f"[ablation] {i}/{len(runs)} {name}: done in {result['seconds']} s (from step "
                       f"{result['resumed_from']})", flush=True)
