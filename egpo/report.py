@@ -222,6 +222,25 @@ def metric_titles(runs) -> dict[str, str]:
     return titles
 
 
+def analyze_hint(root: Path, runs, baseline: str) -> str:
+    """The egpo.analyze command that compares, token by token, the base model's reading of its own responses with
+    each arm's first seed's (the baseline's first), every run named."""
+    from egpo.ablation.generation import ON_BASE
+    from egpo.run_state import DONE
+
+    folders, names = [root / "generate_base_scored"], ["base"]
+    for arm in sorted(runs, key=lambda arm: arm != baseline):
+        for seed in sorted(runs[arm]):
+            folder = root / f"{arm}__seed{seed}" / ON_BASE
+            if (folder / DONE).exists():
+                folders.append(folder)
+                names.append(f"{arm}__seed{seed}")
+                break
+    seed_word = "_".join(dict.fromkeys(name.rsplit("__", 1)[1] for name in names[1:])) or "runs"
+    return (f"python -m egpo.analyze {' '.join(map(str, folders))} --names {' '.join(names)} "
+            f"--out {root / ('tokens_' + seed_word)}")
+
+
 def add_token_metrics(root: Path, runs) -> int:
     """Each finished ablation run's figures from ``egpo.ablation --generate`` (:mod:`egpo.ablation.generation`), as
     metrics at its last step; returns how many runs had them."""
@@ -519,8 +538,7 @@ def write_report(root: Path, steps: list[int] | None = None, window: int = 5, ba
         lines += [f"Token figures (`token/*`, `egpo.ablation --generate`) for {generated} run(s): each run's last "
                   "checkpoint sampled the validation prompts (`<run>/generate`) and read the base model's responses "
                   "(`<run>/generate_on_base`, against the base model's own reading of them, `generate_base_scored`); "
-                  "the tokens themselves: `python -m egpo.analyze "
-                  f"{root / 'generate_base_scored'} {root}/<run>/generate_on_base ... --out DIR`.", ""]
+                  f"the tokens themselves, each arm's first seed on the base model's responses: `{analyze_hint(root, runs, baseline)}`.", ""]
     titles = metric_titles(runs)
     present = list(titles)
     compared = baseline in runs and len(runs) > 1

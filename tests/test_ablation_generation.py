@@ -83,6 +83,16 @@ def test_the_report_pairs_the_token_figures_by_seed(tmp_path):
     assert f"| egpo_rollout | 3 | 3 | {np.mean(diffs):.4g} |" in report  # the paired mean difference, by seed
     rows = (tmp_path / "report.csv").read_text()
     assert "token/top20_overlap_with_base,3,egpo_rollout,grpo,3," in rows
+    # the token-by-token command it gives names every run, the baseline's first, and runs as given
+    hint = report.split("the tokens themselves, each arm's first seed on the base model's responses: `")[1].split("`")[0]
+    assert hint == (f"python -m egpo.analyze {tmp_path / BASE_SCORED} {tmp_path / 'grpo__seed0' / ON_BASE} "
+                    f"{tmp_path / 'egpo_rollout__seed0' / ON_BASE} --names base grpo__seed0 egpo_rollout__seed0 "
+                    f"--out {tmp_path / 'tokens_seed0'}")
+    from egpo.analyze.__main__ import main as analyze_main
+
+    analyze_main(hint.split()[3:] + ["--min-count", "3", "--bootstrap", "5"])
+    table = (tmp_path / "tokens_seed0" / "index.html").read_text()
+    assert all(f"<td>{name}</td>" in table for name in ("base", "grpo__seed0", "egpo_rollout__seed0"))
 
 
 def test_an_unchanged_model_shows_no_shift_and_full_overlap_whatever_the_engine_said(tmp_path):

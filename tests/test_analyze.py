@@ -152,9 +152,13 @@ def test_a_run_without_thinking_markers_has_no_thought_split(tmp_path):
     assert "No thinking markers" in (tmp_path / "r" / "analysis.md").read_text()
 
 
+def shown_rows(out, show):
+    """The rows the page shows: one sample of each prompt in turn (every prompt's sample 0, then its sample 1...)."""
+    return frame(out).sort_values(["sample", "index"]).head(show)
+
+
 def shown_tokens(out, show):
-    df = frame(out).sort_values(["index", "sample"])
-    return sum(len(r) for r in df.response_ids[:show])
+    return sum(len(r) for r in shown_rows(out, show).response_ids)
 
 
 def test_the_page_has_one_coloured_span_per_shown_token(tmp_path):
@@ -169,7 +173,8 @@ def test_each_shown_response_comes_with_its_prompt_and_its_score(tmp_path):
     out = write_run(tmp_path / "a", random_rows(7))
     analyze([out], tmp_path / "r", min_count=3, resamples=5, show=3)
     page = (tmp_path / "r" / "index.html").read_text()
-    df = frame(out).sort_values(["index", "sample"]).head(3)
+    df = shown_rows(out, 3)
+    assert df["index"].nunique() == 3  # three prompts, not three samples of one
     import html
 
     for prompt, score in zip(df.prompt, df.score):
@@ -177,6 +182,10 @@ def test_each_shown_response_comes_with_its_prompt_and_its_score(tmp_path):
     verdicts = ["no score" if np.isnan(s) else f"score {s:g}, " + ("correct" if s >= 1 else "incorrect")
                 for s in df.score]
     assert [line.split(">", 1)[1].split("<", 1)[0] for line in page.split('<div class="score"')[1:]] == verdicts
+    means = [f"mean entropy {np.mean(np.asarray(e, dtype=np.float64)):.4f} nats over {len(e)} tokens"
+             for e in df.entropy]
+    assert [line.split(">", 1)[1].split("<", 1)[0] for line in page.split('<div class="mean"')[1:]] == means
+    assert page.count('class="legend"') == 1 and "linear-gradient(to right, rgb(255,255,255)" in page
 
 
 def test_a_scored_comparison_says_what_its_shift_means_and_a_response_is_plotted_with_its_forking_tokens(tmp_path):
@@ -194,7 +203,8 @@ def test_a_scored_comparison_says_what_its_shift_means_and_a_response_is_plotted
 
     assert html.escape(SCORED_SHIFT) in (tmp_path / "r" / "index.html").read_text()
     if (tmp_path / "r" / "entropy_distribution.png").exists():  # matplotlib installed
-        assert (tmp_path / "r" / "response_entropy_along_position.png").stat().st_size > 1000
+        first = tuple(int(v) for v in shown_rows(a, 1)[["index", "sample"]].iloc[0])
+        assert (tmp_path / "r" / f"response_{first[0]}_{first[1]}_entropy_along_position.png").stat().st_size > 1000
     unscored = analyze([a, write_run(tmp_path / "c", shifted(rows, 0.1), responses_id="same")], tmp_path / "r2",
                        min_count=3, resamples=5, show=2)
     assert not unscored["comparisons"][0]["scored"]
@@ -248,3 +258,41 @@ def test_raw_and_temperature_scaled_entropy_are_one_distribution_at_temperature_
     comparison = analyze([a, b], tmp_path / "r", min_count=3, resamples=5)["comparisons"][0]
     assert comparison["same_entropy_definition"] is False
     assert "of different distributions" in (tmp_path / "r" / "analysis.md").read_text()
+
+
+def test_the_responses_picked_are_shown_first_and_plotted_each_on_one_y_scale_across_runs(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from egpo.analyze.plots import position_figure
+
+    rows = random_rows(8)
+    a = write_run(tmp_path / "a", rows, responses_id="same")
+    b = write_run(tmp_path / "b", shifted(rows, 0.7), responses_id="same")
+    analysis = analyze([a, b], tmp_path / "r", min_count=3, resamples=5, show=3, plot=[(5, 1), (2, 0)])
+    page = (tmp_path / "r" / "index.html").read_text()
+    shown = [block.split('data-index="')[1].split('"')[0] + ":" + block.split('data-sample="')[1].split('"')[0]
+             for block in page.split('class="resp"')[1:]]
+    assert shown[:6] == ["5:1", "5:1", "2:0", "2:0", "0:0", "0:0"]  # each row: run a's, then run b's
+    for key in ("5_1", "2_0"):
+        assert (tmp_path / "r" / f"response_{key}_entropy_along_position.png").stat().st_size > 1000
+    fig = position_figure(plt, [load_run(a, "a"), load_run(b, "b")], analysis, (5, 1), lambda t: f"#{t}")
+    top, bottom = fig.axes
+    assert top.get_ylim() == bottom.get_ylim()  # run b's tokens sit 0.7 nats higher: one scale shows it
+    assert top.get_title().startswith("a: mean ") and fig.get_suptitle() == "prompt 5, sample 1: each token's entropy"
+    plt.close(fig)
+    with pytest.raises(SystemExit, match="--plot 99:0: no run holds that response"):
+        analyze([a], tmp_path / "r3", min_count=3, resamples=5, plot=[(99, 0)])
+
+
+def test_runs_in_folders_of_one_name_are_told_apart_by_their_parents(tmp_path):
+    from egpo.analyze import default_names
+
+    assert default_names([tmp_path / "grpo__seed0" / "generate_on_base",
+                          tmp_path / "egpo_rollout__seed0" / "generate_on_base", tmp_path / "generate_base_scored"]) \
+        == ["grpo__seed0/generate_on_base", "egpo_rollout__seed0/generate_on_base",
+            f"{tmp_path.name}/generate_base_scored"]
+    assert default_names([tmp_path / "a", tmp_path / "b"]) == ["a", "b"]

@@ -37,8 +37,8 @@ def test_dependency_direction(folder, forbidden):
 
 # lowest first; a room imports only rooms on floors below its own
 FLOORS = (
-    ("errors", "keys", "engines", "recipe_names", "significance", "run_state"),  # the names everything shares
-    ("patching", "advantage"),
+    ("errors", "keys", "engines", "recipe_names", "significance", "run_state", "typos"),  # the names everything shares
+    ("patching", "advantage", "folders", "runner_console"),
     ("settings",),
     ("compat",),  # verl's table
     ("rollout",),  # the engines, where rollout entropy is born

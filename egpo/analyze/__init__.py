@@ -53,8 +53,11 @@ def default_names(dirs: list[Path]) -> list[str]:
 
 
 def analyze(dirs: list[Path], out: Path, *, names: list[str] | None = None, solved_score: float = 1.0,
-            min_count: int = 20, top: int = 20, resamples: int = 200, seed: int = 0, show: int = 8) -> dict:
-    from egpo.analyze.page import analysis_md, index_html
+            min_count: int = 20, top: int = 20, resamples: int = 200, seed: int = 0, show: int = 8,
+            plot: list[tuple[int, int]] = ()) -> dict:
+    """The analysis of ``dirs`` into ``out``; ``show`` responses on the page (``plot``'s first, then one sample of
+    each prompt in turn), ``plot``'s responses token by token (default: the first shown)."""
+    from egpo.analyze.page import analysis_md, index_html, shown_keys
     from egpo.analyze.plots import write_plots
     from egpo.analyze.stats import compare, run_summary
     from egpo.analyze.tokens import load_run
@@ -75,7 +78,14 @@ def analyze(dirs: list[Path], out: Path, *, names: list[str] | None = None, solv
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(analysis, indent=1))
-    plots = write_plots(out, runs, analysis, decode)
+    picked = [tuple(key) for key in plot]
+    missing = [f"{i}:{s}" for i, s in picked if not any(((r.index == i) & (r.sample == s)).any() for r in runs)]
+    if missing:
+        raise SystemExit(f"[egpo] analyze: --plot {' '.join(missing)}: no run holds that response (prompt index:sample; "
+                         f"the first run's prompts are 0 to {int(runs[0].index.max())}, samples 0 to "
+                         f"{int(runs[0].sample.max())})")
+    shown = shown_keys(runs, show, picked)
+    plots = write_plots(out, runs, analysis, decode, responses=picked or shown[:1])
     (out / "analysis.md").write_text(analysis_md(analysis, plots))
-    (out / "index.html").write_text(index_html(analysis, runs, plots, decode, show))
+    (out / "index.html").write_text(index_html(analysis, runs, plots, decode, show, picked))
     return analysis

@@ -19,8 +19,20 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=20, help="tokens listed per table")
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples of responses")
     parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
-    parser.add_argument("--show", type=int, default=8, help="responses shown per run in index.html")
+    parser.add_argument("--show", type=int, default=8,
+                        help="responses shown per run in index.html: one sample of each prompt in turn")
+    parser.add_argument("--plot", nargs="+", type=response_key, default=[], metavar="INDEX:SAMPLE",
+                        help="responses plotted token by token, a panel per run (default: the first shown), and "
+                             "shown first on the page; e.g. --plot 3:0 5:1")
     return parser
+
+
+def response_key(text: str) -> tuple[int, int]:
+    """``INDEX:SAMPLE`` (a prompt's row in the data set, and its sample) as a pair of ints."""
+    index, sep, sample = text.partition(":")
+    if not sep or not index.isdigit() or not sample.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: give a response as INDEX:SAMPLE, e.g. 3:0")
+    return int(index), int(sample)
 
 
 def folder_problems(run: Path) -> list[str]:
@@ -57,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         analysis = analyze(args.runs, args.out, names=args.names, solved_score=args.solved_score,
                            min_count=args.min_count, top=args.top, resamples=args.bootstrap, seed=args.seed,
-                           show=args.show)
+                           show=args.show, plot=args.plot)
     except EgpoError as err:
         raise SystemExit(f"[egpo] analyze: {err}") from None
     tokens = sum(r["tokens"] for r in analysis["runs"])

@@ -1,8 +1,9 @@
 """``index.html`` and ``analysis.md``: the analysis for a reader.
 
 The page shows a sample of responses with every response token in a ``<span class="tok">`` coloured by its entropy
-(its value on hover), the plots, and, for runs on the same responses, each shown response side by side under every
-run's entropy. The rows shown are each run's first by (index, sample), the same rows for every run.
+(its value on hover, the scale drawn above them), the plots, and, for runs on the same responses, each shown response
+side by side under every run's entropy. The rows shown are one sample of each prompt in turn (those picked with
+``--plot`` first), the same rows for every run that holds them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 2
 .resp { font-family: monospace; white-space: pre-wrap; line-height: 1.6; }
 .tok { border-radius: 2px; }
 .prompt { color: #555; font-size: 90%; white-space: pre-wrap; } .score { font-weight: bold; margin: 2px 0; }
+.mean { margin: 2px 0; }
+.legend { width: 420px; margin: 0.5em 0 1.5em; } .legend .bar { height: 14px; border: 1px solid #999; }
+.legend .ticks { position: relative; height: 1.2em; font-size: 80%; } .legend .unit { font-size: 80%; color: #555; }
 img { max-width: 100%; }
 """
 
@@ -45,12 +49,25 @@ def verdict(score: float, solved_score: float) -> str:
 
 
 def shown_row_html(run: RunTokens, row: int, decode, scale: float, prompts: dict, solved_score: float) -> str:
-    """A shown response under its prompt and its score."""
+    """A shown response under its prompt, its score and its mean entropy."""
     key = (int(run.index[row]), int(run.sample[row]))
     prompt = prompts.get(key)
+    lo, hi = run.offsets[row], run.offsets[row + 1]
+    mean = float(run.entropy[lo:hi].mean()) if hi > lo else float("nan")
     head = (f'<div class="prompt">prompt {key[0]}, sample {key[1]}: {html.escape(prompt) if prompt else ""}</div>'
-            f'<div class="score">{verdict(float(run.score[row]), solved_score)}</div>')
+            f'<div class="score">{verdict(float(run.score[row]), solved_score)}</div>'
+            f'<div class="mean">mean entropy {mean:.4f} nats over {hi - lo} tokens</div>')
     return head + response_html(run, row, decode, scale)
+
+
+def colour_legend(scale: float) -> str:
+    """The colour scale, drawn: a white-to-red bar with its values."""
+    stops = ", ".join(token_colour(scale * k / 4, scale) for k in range(5))
+    ticks = "".join(f'<span style="position:absolute; left:{25 * k}%; transform:translateX(-50%)">'
+                    f'{scale * k / 4:.2f}</span>' for k in range(5))
+    return (f'<div class="legend"><div class="bar" style="background:linear-gradient(to right, {stops})"></div>'
+            f'<div class="ticks">{ticks}</div><div class="unit">token entropy (nats); {scale:.2f} and above: the '
+            "reddest</div></div>")
 
 
 def response_html(run: RunTokens, row: int, decode, scale: float) -> str:
@@ -62,19 +79,24 @@ def response_html(run: RunTokens, row: int, decode, scale: float) -> str:
             f'data-sample="{int(run.sample[row])}">{"".join(spans)}</div>')
 
 
-def shown_keys(runs: list[RunTokens], count: int) -> list[tuple[int, int]]:
-    """The (index, sample) rows every run holds, first ``count`` of them."""
+def shown_keys(runs: list[RunTokens], count: int, first: list[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+    """``count`` (index, sample) rows every run holds: ``first``'s, then one sample of each prompt in turn (every
+    prompt's sample 0, then every prompt's sample 1, ...), so the page shows several prompts, not one prompt's
+    samples."""
     common = set(zip(runs[0].index.tolist(), runs[0].sample.tolist()))
     for run in runs[1:]:
         common &= set(zip(run.index.tolist(), run.sample.tolist()))
-    return sorted(common)[:count]
+    picked = [key for key in first if key in common]
+    rest = sorted(common - set(picked), key=lambda key: (key[1], key[0]))
+    return (picked + rest)[:max(count, len(picked))]
 
 
 def row_of(run: RunTokens, key: tuple[int, int]) -> int:
     return int(np.flatnonzero((run.index == key[0]) & (run.sample == key[1]))[0])
 
 
-def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, show: int) -> str:
+def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, show: int,
+               first: list[tuple[int, int]] = ()) -> str:
     scale = max(float(np.percentile(r.entropy, 99)) if len(r.entropy) else 0.0 for r in runs) or 1.0
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Token entropy</title><style>{STYLE}</style>"
              "</head><body><h1>Token entropy</h1>",
@@ -88,11 +110,11 @@ def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, 
     parts.append("</table>")
     parts += [f'<h2>{html.escape(p.rsplit(".", 1)[0].replace("_", " "))}</h2><img src="{html.escape(p)}">'
               for p in plots]
-    keys = shown_keys(runs, show)
+    keys = shown_keys(runs, show, first)
     solved = {s["name"]: s["solved_score"] for s in analysis["runs"]}
-    parts.append(f"<h2>Responses</h2><p>Each response under its prompt and its score, every token coloured by its "
-                 f"entropy, white 0 to red {scale:.2f} nats (the runs' 99th percentile) and above; hover for the "
-                 "value.</p>")
+    parts.append(f"<h2>Responses</h2><p>Each response under its prompt, its score and its mean entropy, every token "
+                 f"coloured by its entropy, white 0 to red {scale:.2f} nats (the runs' 99th percentile) and above; "
+                 "hover for the value.</p>" + colour_legend(scale))
     for group in _paired_groups(runs):
         if len(group) > 1:
             prompts = prompt_texts(group[0].path, set(keys))
@@ -108,7 +130,7 @@ def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, 
         else:
             run = group[0]
             parts.append(f"<h3>{html.escape(run.name)}</h3>")
-            own = sorted(zip(run.index.tolist(), run.sample.tolist()))[:show]
+            own = shown_keys([run], show, first)
             prompts = prompt_texts(run.path, set(own))
             parts += [shown_row_html(run, row_of(run, key), decode, scale, prompts, solved[run.name]) + "<hr>"
                       for key in own]

@@ -13,8 +13,56 @@ from egpo.analyze.tokens import RunTokens
 FORKS_LABELLED = 5  # the highest-entropy tokens of a response named on its plot
 
 
-def write_plots(out: Path, runs: list[RunTokens], analysis: dict, decode=lambda token_id: f"#{token_id}") -> list[str]:
-    """The PNG files written into ``out`` (names relative to it); [] without matplotlib."""
+def position_plot_name(key: tuple[int, int]) -> str:
+    return f"response_{key[0]}_{key[1]}_entropy_along_position.png"
+
+
+def fitted(title: str, width: int = 90) -> str:
+    """A panel title wrapped to the figure's width."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width)) or title
+
+
+def row_where(run: RunTokens, key: tuple[int, int]) -> int | None:
+    rows = np.flatnonzero((run.index == key[0]) & (run.sample == key[1]))
+    return int(rows[0]) if len(rows) else None
+
+
+def position_figure(plt, runs: list[RunTokens], analysis: dict, key: tuple[int, int], decode):
+    """One response (``key``: its prompt's index and its sample) token by token, a panel per run that holds it, on
+    one y scale; the forking tokens (Wang et al.) are those at or above the run's 80th percentile. None: no run
+    holds it."""
+    shown = [(run, summary, row_where(run, key)) for run, summary in zip(runs, analysis["runs"])]
+    shown = [(run, summary, row) for run, summary, row in shown if row is not None]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.4 * len(shown) + 0.6), squeeze=False, sharey=True)
+    for ax, (run, summary, row) in zip(axes[:, 0], shown):
+        entropy = run.entropy[run.offsets[row]:run.offsets[row + 1]]
+        tokens = run.token_id[run.offsets[row]:run.offsets[row + 1]]
+        threshold = summary["percentiles"]["80"]
+        ax.plot(np.arange(len(entropy)), entropy, linewidth=0.8, color="tab:blue")
+        if threshold is not None:
+            ax.axhline(threshold, linestyle=":", color="grey")
+            forks = np.flatnonzero(entropy >= threshold)
+            ax.scatter(forks, entropy[forks], s=12, color="tab:red", zorder=3)
+            for i in forks[np.argsort(-entropy[forks], kind="stable")][:FORKS_LABELLED]:
+                ax.annotate(repr(decode(int(tokens[i]))), (i, entropy[i]), fontsize=7,
+                            xytext=(2, 4), textcoords="offset points")
+        mean = float(entropy.mean()) if len(entropy) else float("nan")
+        ax.set_title(fitted(f"{run.name}: mean {mean:.3f} nats over {len(entropy)} tokens"), fontsize=9)
+        ax.set_ylabel("entropy (nats)")
+    axes[-1, 0].set_xlabel("position in the response (tokens)")
+    fig.suptitle(f"prompt {key[0]}, sample {key[1]}: each token's entropy", fontsize=10)
+    fig.text(0.5, 0.005, "dotted: the run's 80th percentile; red: the tokens at or above it", ha="center", fontsize=8)
+    return fig
+
+
+def write_plots(out: Path, runs: list[RunTokens], analysis: dict, decode=lambda token_id: f"#{token_id}",
+                responses: list[tuple[int, int]] = ()) -> list[str]:
+    """The PNG files written into ``out`` (names relative to it); [] without matplotlib. ``responses``: the
+    (index, sample) of each response plotted token by token."""
     try:
         import matplotlib
 
@@ -24,8 +72,8 @@ def write_plots(out: Path, runs: list[RunTokens], analysis: dict, decode=lambda 
         return []
     written = []
 
-    def save(fig, name):
-        fig.tight_layout()
+    def save(fig, name, rect=(0, 0, 1, 1)):
+        fig.tight_layout(rect=rect)
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         written.append(name)
@@ -54,27 +102,10 @@ def write_plots(out: Path, runs: list[RunTokens], analysis: dict, decode=lambda 
         ax.legend()
         save(fig, "entropy_along_thought.png")
 
-    # one response, token by token: the forking tokens (Wang et al.) are those at or above the run's 80th percentile
-    shown = [(run, summary) for run, summary in zip(runs, analysis["runs"]) if run.rows][:4]
-    if shown:
-        fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.6 * len(shown)), squeeze=False)
-        for ax, (run, summary) in zip(axes[:, 0], shown):
-            row = int(np.lexsort((run.sample, run.index))[0])  # the first response the page shows
-            entropy = run.entropy[run.offsets[row]:run.offsets[row + 1]]
-            tokens = run.token_id[run.offsets[row]:run.offsets[row + 1]]
-            threshold = summary["percentiles"]["80"]
-            ax.plot(np.arange(len(entropy)), entropy, linewidth=0.8, color="tab:blue")
-            if threshold is not None:
-                ax.axhline(threshold, linestyle=":", color="grey")
-                forks = np.flatnonzero(entropy >= threshold)
-                ax.scatter(forks, entropy[forks], s=12, color="tab:red", zorder=3)
-                for i in forks[np.argsort(-entropy[forks], kind="stable")][:FORKS_LABELLED]:
-                    ax.annotate(repr(decode(int(tokens[i]))), (i, entropy[i]), fontsize=7,
-                                xytext=(2, 4), textcoords="offset points")
-            ax.set(ylabel="entropy (nats)", title=f"{run.name}: prompt {int(run.index[row])}, sample "
-                   f"{int(run.sample[row])} (dotted: the run's 80th percentile; red: the tokens at or above it)")
-        axes[-1, 0].set_xlabel("position in the response (tokens)")
-        save(fig, "response_entropy_along_position.png")
+    for key in responses:
+        fig = position_figure(plt, runs, analysis, key, decode)
+        if fig is not None:
+            save(fig, position_plot_name(key), rect=(0, 0.03, 1, 1))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for run in runs:
