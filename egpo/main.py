@@ -33,6 +33,7 @@ def run(config: DictConfig) -> None:
         refuse_appended_typos(config)
         config = prepare_config(config)
     except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
+        remove_hydras_folder()  # nothing was started: nothing is left either
         raise SystemExit(refusal(str(err))) from None
     finished = finished_run(config)
     if finished:
@@ -56,6 +57,37 @@ def refuse_appended_typos(config: DictConfig) -> None:
         else []
     if problems:
         raise EgpoConfigError("; ".join(problems))
+
+
+# Hydra's own output (.hydra/ and its log) goes into the run directory, not an outputs/ folder in the working directory
+HYDRA_RUN_DIR = "hydra.run.dir=${trainer.default_local_dir}/hydra"
+
+
+def with_hydras_folder_in_the_run(argv: list[str]) -> list[str]:
+    """``argv`` with Hydra's folder in the run directory, unless the command line names one."""
+    named = any(arg.lstrip("+").startswith("hydra.run.dir=") for arg in argv)
+    return argv if named else [*argv, HYDRA_RUN_DIR]
+
+
+def remove_hydras_folder() -> None:
+    """A refused run's Hydra folder, and the folders above it that held nothing else, up to the working directory;
+    where the run directory holds an earlier attempt's files, its Hydra folder is that run's and stays."""
+    import shutil
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    folder = Path(HydraConfig.get().runtime.output_dir).resolve()
+    here = Path.cwd().resolve()
+    if folder == here or here not in folder.parents or any(p != folder for p in folder.parent.iterdir()):
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    for parent in folder.parents:
+        if parent == here or any(parent.iterdir()):
+            break
+        parent.rmdir()
 
 
 def refusal(message: str) -> str:
@@ -85,7 +117,7 @@ def main() -> None:
     argv, note = with_egpo_searchpath(argv)
     if note:  # a script's own hydra.searchpath (verl's Megatron-Lite examples): egpo's and verl's configs kept beside
         print(note, file=sys.stderr, flush=True)
-    sys.argv[1:] = argv
+    sys.argv[1:] = with_hydras_folder_in_the_run(argv)
     problems = environment_problems()  # package metadata only: before anything imports verl
     if not problems:
         from egpo.preflight.key_check import misspelled_override_problems

@@ -46,9 +46,14 @@ class RunnerEnd:
             self.all_ended.set()
 
 
+# verl's lines that the console shows as one short line (the log keeps them whole): (the line's start, its stand-in)
+SHORTENED = (("ray init kwargs: ", "[egpo] ray.init's arguments: ray_kwargs.ray_init in the run's configuration"),)
+
+
 class Tee:
     """A console stream that reads the runner's end marks off it, leaves out the lines that hold one of ``dropped``,
-    and copies the rest to ``log`` (a file, or None)."""
+    shows the lines :data:`SHORTENED` names as their stand-in, and copies the rest (and those lines whole) to ``log``
+    (a file, or None)."""
 
     def __init__(self, stream, log, end: RunnerEnd, dropped: tuple[str, ...] = ()):
         self.stream, self.log, self.end, self.dropped = stream, log, end, dropped
@@ -59,17 +64,26 @@ class Tee:
         if self._drop_newline:
             self._drop_newline = False
             text = text[1:] if text.startswith("\n") else text
-        if END_MARK in text or (self.dropped and any(d in text for d in self.dropped)):
-            kept = []
+        if END_MARK in text or any(d in text for d in self.dropped) or any(s in text for s, _ in SHORTENED):
+            kept, shown = [], []
             for line in text.splitlines(keepends=True):
+                stand_in = next((short for start, short in SHORTENED if line.startswith(start)), None)
                 if END_MARK in line:
                     self.end.read(line)
                     self._drop_newline = not line.endswith("\n")
                 elif any(d in line for d in self.dropped):
                     self._drop_newline = not line.endswith("\n")
+                elif stand_in is not None:
+                    kept.append(line)
+                    shown.append(stand_in + ("\n" if line.endswith("\n") else ""))
                 else:
                     kept.append(line)
-            text = "".join(kept)
+                    shown.append(line)
+            if kept:
+                self._to_log("".join(kept))
+            if shown:
+                self.stream.write("".join(shown))
+            return written
         if text:
             self._to_log(text)
             self.stream.write(text)

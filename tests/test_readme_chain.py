@@ -58,6 +58,13 @@ def readme_commands() -> tuple[str, list[str]]:
     return main, chain
 
 
+def quoted_columns() -> tuple[list[str], list[str]]:
+    """The columns the page says are the same on every machine, and those it quotes as an order only."""
+    marker = re.search(r"<!-- figures: the README run's first three steps.*?; exact: ([\w ]+); order: ([\w ]+) -->",
+                       PAGE.read_text())
+    return marker.group(1).split(), marker.group(2).split()
+
+
 def quoted_lines() -> dict[int, str]:
     text = PAGE.read_text()
     block = text[text.index("<!-- figures: the README run's first three steps"):]
@@ -110,11 +117,15 @@ def test_the_readme_runs_first_three_steps_print_what_docs_cpu_md_quotes(readme_
     proc = readme_run
     assert proc.returncode == 0, proc.stdout[-6000:]
     printed = {int(step): figures for step, figures in LINE.findall(proc.stdout)}
+    exact, order = quoted_columns()
+    page = " ".join(PAGE.read_text().split())
+    assert all(f"`{name}` is not" in page for name in order)  # the prose says which column varies, and why
     for step, figures in quoted.items():
         ran = dict(part.split("=") for part in printed[step].split())
+        assert sorted(name for name, _ in (part.split("=") for part in figures.split())) == sorted(exact + order)
         for part in figures.split():
             name, value = part.split("=")
-            if name == "rollout_vs_actor":  # fp32 rounding between two programs: the page gives its order
+            if name in order:  # fp32 rounding between two programs: the page gives its order
                 assert float(ran[name]) < 10 * float(value), (step, name, ran[name])
             else:
                 assert ran[name] == value, f"step {step}: {name}={ran[name]}, docs/cpu.md says {value}"
@@ -126,6 +137,9 @@ def test_the_readme_runs_first_three_steps_print_what_docs_cpu_md_quotes(readme_
     assert summary.rstrip().endswith(f"[egpo] report: python -m egpo.report {where}"), summary
     assert "Training Progress: 100%" in proc.stdout[:proc.stdout.index("[egpo] done:")]
     assert sorted(p.name for p in where.glob("global_step_*")) == [f"global_step_{STEPS}"]  # what the chain reads
+    # Hydra's own files are the run's, in its directory; none in the checkout
+    assert (where / "hydra" / ".hydra" / "overrides.yaml").exists() and not (checkout / "outputs").exists()
+    assert "ray init kwargs" not in proc.stdout and "ray init kwargs: " in (where / "log.txt").read_text()
 
 
 def checkpoint_weights(checkout: Path) -> dict:

@@ -330,3 +330,23 @@ def test_a_worker_line_ray_held_back_comes_before_the_closing_summary(tmp_path):
     said = [i for i, line in enumerate(lines) if "a line two workers print" in line]
     assert len(said) == 2, proc.stdout
     assert lines[-1].startswith(run_dir.NO_STEPS_LINE), proc.stdout  # the summary of a run that logged no step
+
+
+def test_verls_ray_init_line_is_one_short_line_on_the_console_and_whole_in_the_log(tmp_path):
+    """verl's driver prints ray.init's arguments (about 1,000 characters) at every start: the console shows where they
+    are, the run's log keeps the line as verl printed it."""
+    import io
+
+    from egpo import runner_console
+
+    console, end = io.StringIO(), runner_console.RunnerEnd()
+    log = (tmp_path / "log.txt").open("a")
+    tee = runner_console.Tee(console, log, end)
+    kwargs = "ray init kwargs: {'runtime_env': {'env_vars': {" + ", ".join(f"'K{i}': 'v'" for i in range(80)) + "}}}"
+    tee.write(kwargs)  # print() writes the text, then its newline
+    tee.write("\n")
+    tee.write("a line before\nray init kwargs: {'num_cpus': 2}\na line after\n")
+    log.close()
+    stand_in = "[egpo] ray.init's arguments: ray_kwargs.ray_init in the run's configuration\n"
+    assert console.getvalue() == stand_in + "a line before\n" + stand_in + "a line after\n"
+    assert (tmp_path / "log.txt").read_text() == kwargs + "\na line before\nray init kwargs: {'num_cpus': 2}\na line after\n"

@@ -285,6 +285,8 @@ def test_every_refusal_of_the_main_job_is_listed_as_egpos_lines_before_anything_
     assert lines[1].startswith("X algorithm  algorithm.entropy_source='engine' is not one of")
     assert lines[2].startswith("X cpu        trainer.device=cpu needs: ++ray_kwargs.ray_init.num_gpus=1")
     assert "Traceback" not in proc.stderr and not (tmp_path / "demo").exists()
+    # nothing was started, and nothing is left: no Hydra outputs/ folder, no run directory made for Hydra's files
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], sorted(p.name for p in tmp_path.iterdir())
 
 
 def flat(node: dict, prefix: str = "") -> dict:
