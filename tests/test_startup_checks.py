@@ -466,7 +466,8 @@ def test_a_gpu_run_without_flash_attn_is_stated_with_the_install_line_and_sdpa(v
         assert finding.level == "error" and stack.attention_finding(qwen, cuda_here=False).level == "warning"
         fix = re.search(r"instead: (\S+)$", finding.text).group(1)
         assert fix == "++actor_rollout_ref.model.override_config.attn_implementation=sdpa"
-        assert f"Fix: {versions.VERL[version].flash_attn_install}," in finding.text
+        assert f"Fix: {versions.VERL[version].flash_attn_install} (PyPI has its source only" in finding.text
+        assert versions.VERL[version].flash_attn_install.startswith("MAX_JOBS=") and "==" in finding.text  # pinned
         assert stack.attention_finding(compose(config_name="qwen3_4b", overrides=[fix]), cuda_here=True) is None
     assert stack.attention_finding(smoke(), cuda_here=True) is None  # trainer.device=cpu
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real(name, *a))

@@ -107,7 +107,8 @@ VERL = {
                        tool_loop_merges_tokens=False, rollout_seed_key=None, has_v1_trainer=False,
                        legacy_worker_settings=("auto", "enable"), padding_needs_flash_attn=True,
                        note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=(),
-                       flash_attn_install="pip install flash-attn --no-build-isolation",  # verl[gpu]: unpinned
+                       # verl[gpu] leaves it unpinned: the release verl 0.9.1 pins, built against this stack's torch
+                       flash_attn_install="MAX_JOBS=4 pip install flash-attn==2.8.3 --no-build-isolation",
                        empty_server_manager=None,  # the agent-loop manager builds its replicas itself
                        workers=_WORKERS_071, vllm_on_cpu=False),  # its vLLM pin has no CPU build for its torch
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
@@ -118,7 +119,7 @@ VERL = {
                        note="transformers 5.x, numpy 2", transformers=">=5.5.3,<5.11,!=5.6.0",
                        undeclared_imports=("uvicorn", "fastapi"),
                        # the flash-attn verl[fsdp] pins; PyPI has its source only, whose build imports torch
-                       flash_attn_install="pip install flash-attn==2.8.3 --no-build-isolation",
+                       flash_attn_install="MAX_JOBS=4 pip install flash-attn==2.8.3 --no-build-isolation",
                        empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty",
                        workers=_WORKERS_091, vllm_on_cpu=True),
 }

@@ -124,8 +124,8 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     demo_built = True
     if demo_wanted(config) and refusal(found):  # nothing is built for a run that is refused anyway
         demo_built = False
-        found.append(warning("demo", "the demo model was not built (the run is refused above), so its tokenizer was "
-                                     "not read"))
+        found.append(warning("demo", "the demo model was not made ready (copied or built) and its tokenizer not read: "
+                                     "the error above comes first"))
     elif demo_wanted(config):
         demo_found = build_demo_if_missing(config, echo)
         found += demo_found

@@ -72,7 +72,9 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
     text = (f"the actor loads with attention {FLASH_ATTENTION} (verl's default; {set_or_not}), and the "
             f"flash_attn package is not installed {'here' if cuda_here else 'on this machine'} (egpo's "
             f"'.[verl{version.replace('.', '')}]' does not bring it): every worker would fail at the model's load. "
-            f"Fix: {verl_stack(version).flash_attn_install}, or use PyTorch's attention instead: "
+            f"Fix: {verl_stack(version).flash_attn_install} (PyPI has its source only: it compiles against the "
+            "installed torch, 3-5 minutes on 64 cores with ninja by flash-attn's own account, and each compile job "
+            "takes gigabytes of memory, so MAX_JOBS caps them), or use PyTorch's attention instead: "
             f"{'++' if key == ATTENTION_KEY else ''}{key}=sdpa")
     return error("attention", text) if cuda_here else warning("attention", text + " (where the GPU nodes run "
                                                                                   "another image, check it there)")
