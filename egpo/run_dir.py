@@ -67,16 +67,45 @@ def complete_run_outputs(config: DictConfig) -> None:
 
 
 def resumed_step(config: DictConfig, where: Path) -> int:
-    """The step verl will resume from (0: a fresh start), as verl decides it."""
+    """The step verl will resume from (0: a fresh start), as verl decides it; with ``resume_mode=auto``, the last
+    checkpoint whose step was logged, the rule every resumed run follows (:func:`egpo.run_state.resume_point`; the
+    attempt itself removes a newer one and sets verl's pointer back: :func:`resume_where_logged`). Changes nothing."""
     mode = str(config.trainer.get("resume_mode", "auto"))
     if mode == "disable":
         return 0
     if mode == "resume_path":
         tail = Path(str(config.trainer.get("resume_from_path") or "")).name
         return int(tail.rsplit("_", 1)[1]) if tail.startswith("global_step_") else 0
-    from egpo.run_state import checkpoint_pointer
+    from egpo.run_state import resume_point
 
-    return checkpoint_pointer(where)
+    return resume_point(where, where, remove=False)
+
+
+def resume_where_logged(config: DictConfig, where: Path) -> int:
+    """Before an attempt: :func:`resumed_step`, with a newer checkpoint whose step was never logged removed and
+    verl's pointer set back to the one it resumes from, said in one line."""
+    from egpo.run_state import checkpoint_pointer, resume_point
+
+    if str(config.trainer.get("resume_mode", "auto")) != "auto":
+        return resumed_step(config, where)
+    before = checkpoint_pointer(where)
+    resume = resume_point(where, where)
+    if resume != before:
+        print(f"[egpo] the checkpoint of step {before} was saved but its step never logged (the run stopped between "
+              f"the two): it is removed, and the run resumes from step {resume}", flush=True)
+    return resume
+
+
+def validate_first_where_owed(config: DictConfig, where: Path, resume: int) -> None:
+    """The attempt that reached step ``resume`` stopped during its validation: this one validates there first."""
+    from egpo.run_state import validation_owed
+
+    if validation_owed(where, resume) and not config.trainer.get("val_before_train", True):
+        with open_dict(config):
+            config.trainer.val_before_train = True
+    if validation_owed(where, resume):
+        print(f"[egpo] step {resume}'s validation was cut short by the last attempt: it runs first, then training "
+              "resumes", flush=True)
 
 
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
@@ -101,7 +130,8 @@ class RunOutputs:
         from egpo.runner_console import RunnerConsole
 
         self.where.mkdir(parents=True, exist_ok=True)
-        resume = resumed_step(self.config, self.where)
+        resume = resume_where_logged(self.config, self.where)
+        validate_first_where_owed(self.config, self.where, resume)
         continue_metrics(self.where, resume)
         try:
             text = OmegaConf.to_yaml(self.config, resolve=True)

@@ -34,6 +34,8 @@ JOB = "job.json"  # the Ray job running the run's attempt, when the ablation dis
 LOG = "log.txt"  # the console, every attempt appended
 CONFIG = "config.yaml"  # a main job's configuration as it started (egpo.run_dir)
 NODES = "nodes.json"  # in the checkpoint folder: the nodes of the attempt's placement groups (its GPU workers)
+# in a global_step_N folder: step N's validation was owed when the run stopped (egpo.trainer.validation_after_log)
+VALIDATION_OWED = "egpo_validation_owed"
 
 
 def checkpoint_pointer(directory: Path) -> int:
@@ -43,9 +45,16 @@ def checkpoint_pointer(directory: Path) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def last_checkpoint(work: Path) -> int:
-    """The step of the run's last complete checkpoint (0: none)."""
-    return checkpoint_pointer(work / CHECKPOINTS)
+def last_checkpoint(work: Path, checkpoints: Path | None = None) -> int:
+    """The step of the run's last complete checkpoint (0: none); ``checkpoints``: where verl saves them (an ablation
+    run's ``checkpoints/``, or a main job's run directory itself)."""
+    return checkpoint_pointer(checkpoints or work / CHECKPOINTS)
+
+
+def validation_owed(checkpoints: Path, step: int) -> bool:
+    """The run stopped during the validation of step ``step``, after saving it and logging its training line: the
+    attempt that resumes there validates before it trains."""
+    return step > 0 and (Path(checkpoints) / f"global_step_{step}" / VALIDATION_OWED).exists()
 
 
 def read_steps(path: Path) -> list[dict]:
@@ -79,29 +88,36 @@ def logged_steps(work: Path) -> list[dict]:
     return [by_step[k] for k in sorted(by_step)]
 
 
-def checkpoint_steps(work: Path) -> list[int]:
-    root = work / CHECKPOINTS
+def checkpoint_steps(work: Path, checkpoints: Path | None = None) -> list[int]:
+    root = checkpoints or work / CHECKPOINTS
     if not root.exists():
         return []
     suffixes = (p.name.rsplit("_", 1)[1] for p in root.glob("global_step_*"))
     return sorted(int(s) for s in suffixes if s.isdigit())
 
 
-def resume_point(work: Path) -> int:
-    """The checkpoint the next attempt resumes from: the last one, unless the run died between saving it and logging
-    its step (verl saves a step's checkpoint before it logs the step). Then that step's metrics exist nowhere, so the
-    newest checkpoint whose step was logged is the one to resume from: the newer ones are removed and verl's pointer
-    set back, and the unlogged step runs again, to the same result."""
-    latest = last_checkpoint(work)
+def resume_point(work: Path, checkpoints: Path | None = None, remove: bool = True) -> int:
+    """The checkpoint the next attempt resumes from: the last one whose step was logged. A checkpoint counts once its
+    step's line is logged: egpo's trainer logs a step that saved before it validates
+    (:mod:`egpo.trainer.validation_after_log`), so only a run stopped in the seconds between the save and that log
+    holds a newer checkpoint. That step's metrics exist nowhere: the newer checkpoints are removed, verl's pointer set
+    back, and the unlogged step runs again, to the same result. ``checkpoints``: as for :func:`last_checkpoint`;
+    ``remove=False``: the step only, nothing changed (a preflight's question)."""
+    root = checkpoints or work / CHECKPOINTS
+    latest = last_checkpoint(work, root)
+    if not (work / METRICS_FILE).exists() and not (work / ATTEMPT_METRICS).exists():
+        return latest  # checkpoints of a run egpo never logged (verl's own entry point, say): verl's pointer stands
     logged = max((s["step"] for s in logged_steps(work)), default=0)
     if latest <= logged:
         return latest
-    resume = max((s for s in checkpoint_steps(work)
-                  if s <= logged and (work / CHECKPOINTS / f"global_step_{s}" / "actor").exists()), default=0)
-    for step in checkpoint_steps(work):
+    resume = max((s for s in checkpoint_steps(work, root)
+                  if s <= logged and (root / f"global_step_{s}" / "actor").exists()), default=0)
+    if not remove:
+        return resume
+    for step in checkpoint_steps(work, root):
         if step > resume:
-            shutil.rmtree(work / CHECKPOINTS / f"global_step_{step}", ignore_errors=True)
-    pointer = work / CHECKPOINTS / LATEST
+            shutil.rmtree(root / f"global_step_{step}", ignore_errors=True)
+    pointer = root / LATEST
     if resume:
         pointer.write_text(str(resume))
     else:

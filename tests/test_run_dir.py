@@ -202,6 +202,7 @@ def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo,
     where = tmp_path / "run"
     (where / "global_step_3").mkdir(parents=True)
     (where / "latest_checkpointed_iteration.txt").write_text("3")
+    log_steps(where / METRICS_FILE, [(1, {"a": 1.0}), (2, {"a": 1.0}), (3, {"a": 1.0})])
 
     def config(*extra):
         with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
@@ -217,7 +218,8 @@ def test_a_finished_run_trains_nothing_and_says_how_to_extend_it(tmp_path, demo,
     assert finished_run(config("trainer.resume_mode=disable")) is None
     run(config())  # returns before Ray starts: nothing is trained or written
     assert "is finished" in capsys.readouterr().out
-    assert sorted(p.name for p in where.iterdir()) == ["global_step_3", "latest_checkpointed_iteration.txt"]
+    assert sorted(p.name for p in where.iterdir()) == ["global_step_3", "latest_checkpointed_iteration.txt",
+                                                       "metrics.jsonl"]
 
 
 @pytest.mark.parametrize("spec, text, category, module", [

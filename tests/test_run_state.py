@@ -54,7 +54,29 @@ def test_a_checkpoint_whose_step_was_never_logged_is_run_again(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     checkpoint(other, 1)
+    (other / ATTEMPT_METRICS).write_text("")  # verl's file logger opens its file as the attempt starts
     assert begin_attempt(other)[0] == 0 and not (other / CHECKPOINTS / LATEST).exists()
+
+
+def test_a_checkpoint_whose_step_was_logged_before_its_validation_is_kept_and_the_validation_owed(tmp_path):
+    """Killed during step 2's validation, which egpo's trainer runs after logging the step: checkpoint 2 is kept, the
+    attempt resumes there, and its command validates before training; a checkpoint of a run that egpo never logged
+    (no metrics file at all) is verl's to resume from, untouched."""
+    from egpo.ablation.attempt import NO_REVALIDATION, REVALIDATION, attempt_command
+    from egpo.run_state import VALIDATION_OWED, validation_owed
+
+    write_steps(tmp_path / ATTEMPT_METRICS, [1, 2])
+    checkpoint(tmp_path, 1, 2)
+    (tmp_path / CHECKPOINTS / "global_step_2" / VALIDATION_OWED).write_text("2\n")
+    resume, _ = begin_attempt(tmp_path)
+    assert resume == 2 and (tmp_path / CHECKPOINTS / LATEST).read_text() == "2"
+    assert validation_owed(tmp_path / CHECKPOINTS, 2) and not validation_owed(tmp_path / CHECKPOINTS, 1)
+    assert attempt_command(["train"], 2, validation_owed=True) == ["train", REVALIDATION]
+    assert attempt_command(["train"], 2) == ["train", NO_REVALIDATION] and attempt_command(["train"], 0) == ["train"]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    checkpoint(foreign, 1, 2)
+    assert begin_attempt(foreign)[0] == 2 and (foreign / CHECKPOINTS / LATEST).read_text() == "2"
 
 
 def test_a_fresh_run_and_a_line_cut_by_a_kill(tmp_path):

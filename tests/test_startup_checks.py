@@ -480,3 +480,38 @@ def test_an_untested_verl_stops_start_up_naming_the_tested_ones(monkeypatch):
     monkeypatch.setattr(versions, "version", lambda name: "0.8.0")
     with pytest.raises(versions.UnsupportedVerlError, match=r"tested with verl 0\.7\.1 and 0\.9\.1; this environment has verl 0\.8\.0"):
         versions.verl_version()
+
+
+@pytest.mark.parametrize("version", ["0.7.1", "0.9.1"])
+def test_a_recipes_rollout_engine_that_is_not_installed_is_stated_before_ray_with_its_install_line(version,
+                                                                                                   monkeypatch):
+    """The qwen3 recipes roll out with sglang; verl imports it only as its workers start, after the actor loaded on
+    every GPU. Without it: an error where the run's workers would run from this environment (a GPU here, or a CPU
+    run), a warning where they may not (no GPU here), with the line that installs the engine beside this verl; an
+    installed engine, or egpo's own hf rollout, gets none."""
+    from egpo.compat import versions
+    from egpo.preflight import stack
+    from egpo.rollout.sglang import versions as sglang_versions
+    from egpo.rollout.vllm import versions as vllm_versions
+
+    monkeypatch.setattr(stack, "verl_version", lambda: version)
+    monkeypatch.setattr(sglang_versions, "installed_sglang", lambda: "not installed")
+    monkeypatch.setattr(vllm_versions, "installed_vllm", lambda: None)
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        qwen = compose(config_name="qwen3_4b")
+        on_vllm = compose(config_name="qwen3_4b", overrides=["actor_rollout_ref.rollout.name=vllm"])
+    line = versions.VERL[version].gpu_engine_install["sglang"]
+    found = stack.engine_installed_finding(qwen, cuda_here=True)
+    assert found.level == "error" and found.topic == "engine"
+    assert found.text.startswith("actor_rollout_ref.rollout.name=sglang, and sglang is not installed here")
+    assert found.text.endswith(f"Fix (verl {version} on a GPU): {line}")
+    assert stack.engine_installed_finding(qwen, cuda_here=False).level == "warning"
+    assert stack.engine_installed_finding(on_vllm, cuda_here=True).text.endswith(
+        f"Fix (verl {version} on a GPU): pip install vllm=={versions.VERL[version].vllm}")
+    cpu_sglang = stack.engine_installed_finding(smoke("actor_rollout_ref.rollout.name=sglang"))
+    assert cpu_sglang.level == "error" and cpu_sglang.text.endswith(
+        f"Fix (a CPU run): {sglang_versions.install_line(versions.VERL[version].sglang)}")
+    assert stack.engine_installed_finding(smoke()) is None  # egpo's own hf rollout
+    monkeypatch.setattr(sglang_versions, "installed_sglang", lambda: versions.VERL[version].sglang)
+    assert stack.engine_installed_finding(qwen, cuda_here=True) is None
+

@@ -25,7 +25,7 @@ from pathlib import Path
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
 from egpo.ablation.progress import TRAINING_STEP_KEY
 from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, LOG, RUN, begin_attempt, end_attempt, installed_versions,
-                             record_attempt, run_nodes)
+                             record_attempt, run_nodes, validation_owed)
 
 
 
@@ -71,11 +71,17 @@ def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], k
 NO_REVALIDATION = "trainer.val_before_train=false"
 
 
-def attempt_command(command: list[str], resume: int) -> list[str]:
+REVALIDATION = "trainer.val_before_train=true"
+
+
+def attempt_command(command: list[str], resume: int, validation_owed: bool = False) -> list[str]:
     """The run's command for an attempt that resumes from step ``resume``: a resumed attempt does not validate before
     training (the step it resumes from was validated, where it was due, by the attempt that reached it; verl would
-    validate all over again at that step, a full validation's generations per resume)."""
-    return [*command, NO_REVALIDATION] if resume > 0 else list(command)
+    validate all over again at that step, a full validation's generations per resume), unless the attempt that
+    reached it stopped during that validation (``validation_owed``: :func:`egpo.run_state.validation_owed`)."""
+    if resume <= 0:
+        return list(command)
+    return [*command, REVALIDATION if validation_owed else NO_REVALIDATION]
 
 
 def log_tail(work: Path, lines: int = 20) -> str:
@@ -203,7 +209,11 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False, on_line=None)
     with open(work / LOG, "a") as log:
         log.write(f"[ablation] attempt from step {resume} on {host}\n")
         log.flush()
-        proc = subprocess.Popen(attempt_command(spec["command"], resume), cwd=cwd,
+        owed = validation_owed(work / CHECKPOINTS, resume)
+        if owed:
+            log.write(f"[ablation] step {resume}'s validation was cut short by the last attempt: it runs first\n")
+            log.flush()
+        proc = subprocess.Popen(attempt_command(spec["command"], resume, owed), cwd=cwd,
                                 stdout=subprocess.PIPE if echo else log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=own_session)
         record_attempt(work, proc.pid, resume)

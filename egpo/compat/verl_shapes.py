@@ -49,6 +49,11 @@ _PLACEMENT = (
     Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer.init_workers", "create_resource_pool()",
              "egpo could not tell the run's nodes before its workers are placed"),
 )
+# egpo.trainer.validation_after_log wraps the logger fit builds from this import
+_VALIDATION_AFTER_LOG = Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit",
+                                 "from verl.utils.tracking import Tracking",
+                                 "a save step's validation would run before the step is logged, and a run stopped in "
+                                 "it would lose the step's metrics or train a save interval again")
 _OLD_POLICY_ENTROPY = "the old-policy entropy would need actor.calculate_entropy=true, which also computes (and on verl " \
                       "0.9.1 backpropagates) a full-vocabulary entropy in every update micro-batch"
 
@@ -66,6 +71,7 @@ VERL_RELIANCES: dict[str, tuple[Reliance, ...]] = {
         _MANAGER_WORKERS,
         *_REPLICA_SERVERS,
         *_PLACEMENT,
+        _VALIDATION_AFTER_LOG,
     ),
     "0.9.1": (
         Reliance("verl.trainer.ppo.ray_trainer:RayPPOTrainer._compute_old_log_prob", "calculate_entropy=True",
@@ -78,6 +84,7 @@ VERL_RELIANCES: dict[str, tuple[Reliance, ...]] = {
         _MANAGER_WORKERS,
         *_REPLICA_SERVERS,
         *_PLACEMENT,
+        _VALIDATION_AFTER_LOG,
     ),
 }
 

@@ -96,6 +96,7 @@ class VerlStack:
     transformers: str  # the transformers versions the stack runs with (a pip specifier; egpo's extra pins the same)
     undeclared_imports: tuple[str, ...]  # what verl's trainer imports without declaring it (egpo declares them)
     flash_attn_install: str  # on a GPU: the line that brings the flash-attn verl's default attention needs
+    gpu_engine_install: dict[str, str]  # on a GPU: the line that installs each rollout engine beside this stack
     empty_server_manager: str | None  # verl's way to build no rollout servers (egpo.compat.rollout), where it has one
     workers: dict[str, WorkerFamily]  # its actor/rollout worker families (egpo.compat.workers), by name
     vllm_on_cpu: bool  # verl's vLLM path runs on a CPU with vLLM's CPU build (egpo.cpu.vllm_rollout)
@@ -109,6 +110,8 @@ VERL = {
                        note="transformers 4.57.1", transformers="==4.57.1", undeclared_imports=(),
                        # verl[gpu] leaves it unpinned: the release verl 0.9.1 pins, built against this stack's torch
                        flash_attn_install="MAX_JOBS=4 pip install flash-attn==2.8.3 --no-build-isolation",
+                       gpu_engine_install={"sglang": "pip install -e '.[verl071,sglang]'",  # egpo's extra: verl's pin
+                                           "vllm": "pip install vllm==0.12.0"},
                        empty_server_manager=None,  # the agent-loop manager builds its replicas itself
                        workers=_WORKERS_071, vllm_on_cpu=False),  # its vLLM pin has no CPU build for its torch
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
@@ -120,6 +123,11 @@ VERL = {
                        undeclared_imports=("uvicorn", "fastapi"),
                        # the flash-attn verl[fsdp] pins; PyPI has its source only, whose build imports torch
                        flash_attn_install="MAX_JOBS=4 pip install flash-attn==2.8.3 --no-build-isolation",
+                       # verl[sglang]==0.9.1 does not resolve (sglang pins transformers 5.6.0, which verl excludes): its
+                       # own dependencies without that pin (requirements/, checked against sglang's metadata)
+                       gpu_engine_install={"sglang": "pip install --no-deps sglang==0.5.12 && pip install -r "
+                                                     "requirements/sglang-0.5.12-gpu.txt",
+                                           "vllm": "pip install vllm==0.24.0"},
                        empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty",
                        workers=_WORKERS_091, vllm_on_cpu=True),
 }

@@ -16,14 +16,18 @@ STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
 NUMPY_REPR = re.compile(r"^np\.\w+\((.*)\)$")
 
 
-def run_smoke(workdir: Path, demo: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    cmd = [
+def smoke_command(workdir: Path, demo: Path, *overrides: str) -> list[str]:
+    """``python -m egpo.main`` on the CPU smoke recipe, its run directory ``workdir/checkpoints``."""
+    return [
         sys.executable, "-m", "egpo.main", f"--config-path={RECIPES}", "--config-name=cpu_smoke",
         f"egpo_demo.out={demo}", f"trainer.default_local_dir={workdir / 'checkpoints'}",
         "trainer.logger=[console,file]", *overrides,  # verl's console line per step: what step_metrics reads
     ]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def run_smoke(workdir: Path, demo: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(smoke_command(workdir, demo, *overrides), cwd=workdir, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def step_metrics(output: str) -> dict[int, dict[str, float]]:
@@ -41,7 +45,7 @@ def step_metrics(output: str) -> dict[int, dict[str, float]]:
                 metrics[key.strip()] = float(value)
             except ValueError:
                 pass
-        steps[int(match.group(1))] = metrics
+        steps.setdefault(int(match.group(1)), {}).update(metrics)  # a step's lines merged (validation after a save)
     return steps
 
 
@@ -50,8 +54,11 @@ def run_metrics(workdir: Path) -> dict[int, dict[str, float]]:
     unlike the console, whose lines Ray's log forwarding may split under load, whole."""
     from egpo.run_state import METRICS_FILE, read_steps
 
-    return {int(record["step"]): {k: float(v) for k, v in record["data"].items() if isinstance(v, (int, float))}
-            for record in read_steps(workdir / "checkpoints" / METRICS_FILE)}
+    steps: dict[int, dict[str, float]] = {}
+    for record in read_steps(workdir / "checkpoints" / METRICS_FILE):  # a step's lines merged, the later winning
+        steps.setdefault(int(record["step"]), {}).update(
+            {k: float(v) for k, v in record["data"].items() if isinstance(v, (int, float))})
+    return steps
 
 
 def egpo_metrics(metrics: dict[str, float]) -> dict[str, float]:

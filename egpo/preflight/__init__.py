@@ -17,7 +17,7 @@ from egpo.preflight.engines import engine_findings
 from egpo.preflight.findings import Finding
 from egpo.preflight.loggers import logger_findings
 from egpo.preflight.scale import scale_findings
-from egpo.preflight.stack import attention_finding
+from egpo.preflight.stack import attention_finding, engine_installed_finding
 
 __all__ = ["Finding", "preflight_findings", "startup_preflight"]
 
@@ -44,9 +44,9 @@ def preflight_findings(config, settings, tokenizer=None) -> list[Finding]:
     else:
         findings.append(warning("scale", "what egpo adds per GPU, on the driver and on disk, and the engines' "
                                          "findings, were not computed: fix algorithm.* first"))
-    attention = attention_finding(config)
-    if attention is not None:
-        findings.append(attention)
+    for found in (engine_installed_finding(config), attention_finding(config)):
+        if found is not None:
+            findings.append(found)
     from egpo.preflight.cpu_backend import leftover_finding
 
     leftover = leftover_finding(config)

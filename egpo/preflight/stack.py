@@ -36,6 +36,38 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
     return problems
 
 
+def engine_installed_finding(config: DictConfig, cuda_here: bool | None = None):
+    """The rollout engine the config names is installed: verl imports it only as its workers start, after Ray started
+    and the actor loaded. Not installed: an error on a CPU run and on a machine with a GPU (its workers run from this
+    environment), with the install line for this verl; a warning on a machine without one (the GPU nodes may run
+    their own image). None: installed, or egpo's own (hf)."""
+    import importlib
+
+    name = rollout_name(config)
+    described = engine(name)
+    if described is None or described.versions is None:
+        return None
+    table = importlib.import_module(described.versions)
+    if getattr(table, f"installed_{name}")() not in (None, "not installed"):
+        return None
+    version = verl_version()
+    stack = verl_stack(version)
+    on_cpu = str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu"
+    if on_cpu and name == "vllm":
+        return None  # the CPU build's own check names its install (egpo.preflight.cpu_backend)
+    if cuda_here is None and not on_cpu:
+        import torch
+
+        cuda_here = torch.cuda.is_available()
+    fix = table.install_line(stack.sglang) if on_cpu else stack.gpu_engine_install[name]
+    text = (f"actor_rollout_ref.rollout.name={name}, and {name} is not installed "
+            f"{'here' if on_cpu or cuda_here else 'on this machine'}: verl imports it as its workers start, after Ray "
+            f"started and the actor loaded. Fix{' (a CPU run)' if on_cpu else f' (verl {version} on a GPU)'}: {fix}")
+    if on_cpu or cuda_here:
+        return error("engine", text)
+    return warning("engine", text + " (where the GPU nodes run another image, check it there)")
+
+
 FLASH_ATTENTION = "flash_attention_2"
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 # actor strategies whose engine reads the attention from its own config (verl 0.9.1 VeOmniEngineConfig's

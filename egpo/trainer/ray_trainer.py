@@ -22,6 +22,8 @@ verl methods overridden, nothing else:
   fails only the runs it held.
 * ``_val_metrics_update``: verl's validation metrics plus ``val-egpo/pass@k`` from the samples of each validation
   problem (:mod:`egpo.trainer.pass_at_k`).
+* ``_save_checkpoint``, ``_validate``: a step that saved validates after verl logged it, not before, so a checkpoint
+  never outlives its step's metrics (:mod:`egpo.trainer.validation_after_log`).
 
 The advantage itself is routed by :mod:`egpo.trainer.advantage_step`.
 """
@@ -71,6 +73,30 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.algo.egpo_span == "cot")
         if self.egpo.enabled and self.trains:
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)
+        self.deferred_validation = None
+        if self.trains:
+            from egpo.trainer import validation_after_log
+
+            self.deferred_validation = validation_after_log.DeferredValidation(
+                super()._validate, config.trainer.default_local_dir)
+            validation_after_log.install(self.deferred_validation)
+
+    def _save_checkpoint(self):
+        """verl's save; the step's validation, if it has one, then waits for the step's log
+        (:mod:`egpo.trainer.validation_after_log`)."""
+        result = super()._save_checkpoint()
+        if self.deferred_validation is not None:
+            self.deferred_validation.saved(self.global_steps)
+        return result
+
+    def _validate(self, *args, **kwargs):
+        if self.deferred_validation is None:
+            return super()._validate(*args, **kwargs)
+        if self.deferred_validation.defers(self.global_steps):
+            return {}
+        metrics = super()._validate(*args, **kwargs)
+        self.deferred_validation.validated(self.global_steps)  # before training: what a stopped run owed there
+        return metrics
 
     def init_workers(self):
         from egpo.compat.verl_shapes import check_ray_shape
