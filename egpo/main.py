@@ -33,7 +33,7 @@ def run(config: DictConfig) -> None:
         refuse_appended_typos(config)
         config = prepare_config(config)
     except EgpoError as err:  # egpo's refusal, as egpo's own lines: the message names the fix, a traceback adds nothing
-        remove_hydras_folder()  # nothing was started: nothing is left either
+        clear_refused_runs_hydra_folder()  # nothing was started: nothing is left either
         raise SystemExit(refusal(str(err))) from None
     finished = finished_run(config)
     if finished:
@@ -63,13 +63,31 @@ def refuse_appended_typos(config: DictConfig) -> None:
 HYDRA_RUN_DIR = "hydra.run.dir=${trainer.default_local_dir}/hydra"
 
 
+# Hydra's flags that take a value as the next argument, and those with which nothing runs
+VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c", "--package", "-p",
+               "--experimental-rerun", "--info", "-i")
+NO_RUN_FLAGS = ("--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+
+
 def with_hydras_folder_in_the_run(argv: list[str]) -> list[str]:
-    """``argv`` with Hydra's folder in the run directory, unless the command line names one."""
-    named = any(arg.lstrip("+").startswith("hydra.run.dir=") for arg in argv)
-    return argv if named else [*argv, HYDRA_RUN_DIR]
+    """``argv`` with Hydra's folder in the run directory, unless the command line names one or runs nothing. Hydra
+    reads its overrides as one run of positional arguments: the override joins that run (after its last one)."""
+    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
+    if any(arg.lstrip("+").startswith("hydra.run.dir=") for arg in argv) or set(flags) & set(NO_RUN_FLAGS):
+        return argv
+    positional, value_next = [], False
+    for i, arg in enumerate(argv):
+        if value_next:
+            value_next = False
+        elif arg.startswith("-"):
+            value_next = "=" not in arg and arg in VALUE_FLAGS
+        else:
+            positional.append(i)
+    at = positional[-1] + 1 if positional else len(argv)
+    return [*argv[:at], HYDRA_RUN_DIR, *argv[at:]]
 
 
-def remove_hydras_folder() -> None:
+def clear_refused_runs_hydra_folder() -> None:
     """A refused run's Hydra folder, and the folders above it that held nothing else, up to the working directory;
     where the run directory holds an earlier attempt's files, its Hydra folder is that run's and stays."""
     import shutil

@@ -179,7 +179,8 @@ def test_a_score_run_of_a_bypass_arm_prepares_the_fp32_entropy_it_reads(tmp_path
 
 def test_scoring_a_folder_that_holds_no_run_names_a_command_that_makes_one_with_this_commands_recipe(tmp_path):
     """The fix a refusal prints is a command that works as printed: the recipe options the user gave, parsed by
-    egpo.generate's own parser to the same recipe and output folder."""
+    egpo.generate's own parser to the same recipe and output folder. A folder that does not exist is said to be
+    missing instead (tests/test_folders.py): no fix writes into a misspelled name."""
     import shlex
 
     from egpo.errors import EgpoError
@@ -189,6 +190,9 @@ def test_scoring_a_folder_that_holds_no_run_names_a_command_that_makes_one_with_
     missing = tmp_path / "gen" / "base"
     argv = ["--config-path", "/somewhere/recipes", "--config-name=cpu_warm", "--score", str(missing), "--out",
             str(tmp_path / "scored"), "trainer.seed=3"]
+    with pytest.raises(EgpoError, match=f"--score {missing}: no such folder"):
+        prepare_generation(parser().parse_intermixed_args(argv))
+    missing.mkdir(parents=True)  # there, and empty
     with pytest.raises(EgpoError) as refused:
         prepare_generation(parser().parse_intermixed_args(argv))
     message = str(refused.value)

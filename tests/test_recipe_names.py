@@ -93,3 +93,26 @@ def test_generate_refuses_a_missing_data_file_before_ray_in_one_line_and_keeps_i
     assert message.startswith("[egpo] generate refused before anything started: data.val_files: ") and \
         "missing.parquet not found" in message and "\n" not in message, message
     assert not (out / "run.json").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["algorithm.egpo_lambda=0.2", "trainer.seed=1", "--config-path=/r", "--config-name=cpu_warm"],  # after a rewrite
+    ["--config-path", "/r", "--config-name", "cpu_warm"],
+    ["--config-name=cpu_warm", "a=1", "~ray_kwargs.ray_init.num_gpus", "+b=2"],
+    ["--multirun", "--config-name=cpu_warm", "a=1,2"],
+])
+def test_hydras_folder_goes_into_the_run_directory_wherever_the_command_line_puts_its_overrides(argv):
+    """egpo.main adds Hydra's run folder (in the run directory, not outputs/ in the working directory) to the one run
+    of overrides Hydra's parser reads, so the command line parses as it did; a command line that names its own, or
+    runs nothing (--cfg, --help), is left as it is."""
+    from hydra._internal.utils import get_args_parser
+
+    from egpo.main import HYDRA_RUN_DIR, with_hydras_folder_in_the_run
+
+    given = get_args_parser().parse_args(argv)
+    added = get_args_parser().parse_args(with_hydras_folder_in_the_run(argv))
+    assert added.overrides == [*given.overrides, HYDRA_RUN_DIR]
+    assert (added.config_path, added.config_name, added.multirun) == (given.config_path, given.config_name,
+                                                                      given.multirun)
+    for unchanged in ([*argv, "hydra.run.dir=elsewhere"], [*argv, "--cfg", "job"], [*argv, "--help"]):
+        assert with_hydras_folder_in_the_run(unchanged) == unchanged
