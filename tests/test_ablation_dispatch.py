@@ -233,6 +233,8 @@ def test_a_run_that_joins_a_cluster_gives_ray_init_no_node_resources_and_the_fix
 STAND_IN = """
 import json, os, signal, sys, time
 path = sys.argv[2]  # the attempt's metrics file, which egpo.main's command names for verl's file logger
+if sys.argv[1] == "crash":  # a start-up error: nothing logged
+    sys.exit(2)
 if sys.argv[1] == "killed_once":  # the first attempt dies as the kernel's OOM killer ends a process
     if not os.path.exists(path + ".killed"):
         open(path + ".killed", "w").close()
@@ -303,6 +305,24 @@ def test_without_a_cluster_a_killed_attempt_is_retried_and_a_run_that_fails_ever
     assert out.count(f"2/2 {failing.name}: FAILED (rc 3)") == 2 and not (failing / DONE).exists()
     assert json.loads((failing / FAILED).read_text())["returncode"] == 3
     assert run_locally([killed], retries=1) == [] and "done before, skipped" in capsys.readouterr().out
+
+
+def test_on_one_machine_start_up_errors_in_a_row_stop_the_ablation_instead_of_every_run(tmp_path, capsys):
+    """Attempts that fail before logging a step (a start-up error every run meets) spend no more than three attempts
+    in all: then no further run starts, and the message says how many were left and how to resume."""
+    from egpo.ablation.local import run_locally
+
+    broken = [attempt_run(tmp_path / f"r{k}", "crash") for k in range(4)]
+    for work in broken:
+        (work / DONE).unlink(missing_ok=True)
+    with pytest.raises(SystemExit) as stop:
+        run_locally(broken, retries=1)
+    said = str(stop.value.code)
+    assert said.startswith(f"[ablation] 3 attempts in a row failed before logging a step ({broken[0].name}, "
+                           f"{broken[0].name}, {broken[1].name}): no further run was started")
+    assert "2 run(s) not started; failed: " + broken[0].name in said
+    out = capsys.readouterr().out
+    assert f"3/4 {broken[2].name}" not in out and not (broken[2] / "log.txt").exists()
 
 
 def test_a_local_run_names_its_log_and_says_its_step_while_it_trains(tmp_path, capsys):

@@ -300,3 +300,23 @@ def test_a_resumed_main_job_counts_only_the_saves_still_to_come(monkeypatch, tmp
     assert " x 1 at the peak" in resumed, resumed  # the step-200 save alone is still to come
     assert scale.saves_per_run(cfg, 200, after=180) == 1 and scale.saves_per_run(cfg, 205, after=180) == 2
     assert scale.saves_per_run(cfg, 200, after=0) == 10 and scale.saves_per_run(cfg, 200, after=200) == 0
+
+
+def test_the_heads_memory_is_the_runs_at_once_times_verls_step_batch():
+    """On a cluster, each running run's driver and trainer (and so its step batch) sit on the head: the ablation says
+    how much, by hand arithmetic from the recipe's lengths."""
+    from hydra import compose, initialize_config_dir
+
+    from egpo.ablation.cli import head_memory_line
+    from egpo.preflight.scale import step_batch_bytes
+    from test_recipes import RECIPES
+
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        config = compose(config_name="qwen3_4b")
+    rows = config.data.train_batch_size * config.actor_rollout_ref.rollout.n
+    prompt, response = config.data.max_prompt_length, config.data.max_response_length
+    # three int64 tensors over the sequence; two int64 and eight fp32 over the response
+    assert step_batch_bytes(config) == rows * ((prompt + response) * 24 + response * (16 + 32))
+    line = head_memory_line(config, 4)
+    assert line.startswith("[ablation] the head node holds each running run's driver and trainer")
+    assert f"4 at once x about {step_batch_bytes(config) / 1e9:.1f} GB" in line and line.endswith("--max-parallel")

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
 from egpo.ablation.progress import TRAINING_STEP_KEY
-from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, LOG, RUN, begin_attempt, end_attempt, installed_versions,
-                             record_attempt, run_nodes, validation_owed)
+from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, FAILED, LOG, RUN, begin_attempt, end_attempt,
+                             installed_versions, logged_steps, record_attempt, run_nodes, validation_owed)
 
 
 
@@ -82,6 +82,23 @@ def attempt_command(command: list[str], resume: int, validation_owed: bool = Fal
     if resume <= 0:
         return list(command)
     return [*command, REVALIDATION if validation_owed else NO_REVALIDATION]
+
+
+FAST_FAILURE_LIMIT = 3  # failures in a row that logged no step: the ablation starts no more runs
+
+
+def last_step(work: Path) -> int:
+    """The run's last logged step (0: none yet)."""
+    steps = logged_steps(work)
+    return steps[-1]["step"] if steps else 0
+
+
+def stalled(work: Path) -> bool:
+    """Whether the run's last failed attempt was stopped by its watch as stalled (``failed.json``)."""
+    try:
+        return str(json.loads((work / FAILED).read_text()).get("ended", "")).startswith("stalled")
+    except (OSError, ValueError):
+        return False
 
 
 def log_tail(work: Path, lines: int = 20) -> str:

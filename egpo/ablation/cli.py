@@ -14,6 +14,9 @@ from egpo.run_state import CHECKPOINTS, DONE
 from egpo.typos import did_you_mean
 
 
+DISK_LINE = "! disk "
+
+
 def default_save_every(steps: int) -> int:
     """A checkpoint every tenth of the run (20 of 200 steps), at least every step of a short one."""
     return max(1, steps // 10)
@@ -37,7 +40,9 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> Non
         if status:
             raise SystemExit(f"[ablation] the preflight of arm {arm} found errors; nothing was started:\n" +
                              "\n".join(lines))
-        warned = [line for line in lines if line.startswith(TAGS["warning"])]
+        # a run's checkpoints on disk are the ablation's to count, once for every pending run, with a resumed run's
+        # keep + 1 (below): an arm's own disk line, one fresh run's, would disagree with it
+        warned = [line for line in lines if line.startswith(TAGS["warning"]) and not line.startswith(DISK_LINE)]
         for line in warned:
             print(f"[ablation] arm {arm}: {line}", flush=True)
         if warned:
@@ -54,6 +59,18 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> Non
         if disk.level == "error":
             raise SystemExit("[ablation] nothing was started: the checkpoints would not fit")
     print(f"[ablation] preflight passed for {len(args.arms)} arm(s)", flush=True)
+
+
+def head_memory_line(config, parallel: int) -> str:
+    """What the runs at once hold on the head node: Ray starts each job's driver there, and egpo keeps each run's
+    trainer (verl's task runner, which holds the step's batch) beside its driver."""
+    from egpo.preflight.scale import _gb, step_batch_bytes
+
+    batch = step_batch_bytes(config)
+    return (f"[ablation] the head node holds each running run's driver and trainer, and with them its step batch: "
+            f"{parallel} at once x about {_gb(batch)} (verl's batch at this recipe's lengths) = about "
+            f"{_gb(parallel * batch)} of its host memory at a step, plus each arm's 'driver' line of its preflight; "
+            "a head with less: --max-parallel")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -193,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"at most {held} (more would wait in verl's placement or fail its GPU check)", flush=True)
         print(f"[ablation] {len(runs)} run(s) as Ray jobs on {args.ray_address}, at most {parallel} at once",
               flush=True)
+        print(head_memory_line(config, parallel), flush=True)
         failed = JobDispatch(client, args.ray_address, parallel, args.retries, runtime_env(args.runtime_env_json),
                              args.job_python, args.poll, live_capacity(args.ray_address, config)).run(runs)
     if failed:

@@ -29,8 +29,8 @@ from typing import Callable
 
 from omegaconf import OmegaConf
 
-from egpo.ablation.attempt import log_tail
-from egpo.run_state import DONE, FAILED, JOB, logged_steps
+from egpo.ablation.attempt import FAST_FAILURE_LIMIT, last_step, log_tail, stalled
+from egpo.run_state import DONE, FAILED, JOB
 
 # a run joins the cluster: its resources are those `ray start` gave each node, not ray.init's
 CLUSTER_OVERRIDES = ("++ray_kwargs.ray_init.address=auto", "++ray_kwargs.ray_init.num_cpus=null",
@@ -39,7 +39,6 @@ ACTIVE = ("PENDING", "RUNNING")
 ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 UNREACHABLE_FOR = 900  # seconds the dashboard may be unreachable before the ablation gives up waiting (jobs run on)
 NO_GPUS = "Total available GPUs"  # verl's refusal when the cluster's free GPUs cannot place the run (its resource pool)
-FAST_FAILURE_LIMIT = 3  # failures in a row that logged no step: the dispatch stops submitting
 BACKOFF_POLLS = 6  # a failed run waits this many polls before it is resubmitted, doubled with each further failure
 BACKOFF_MAX = 600.0
 TRY_AGAIN_FOR = 300.0  # seconds of Ray's "try again later" (no job agent) before the ablation stops, naming the cause
@@ -408,20 +407,6 @@ def agent_log_cause(address: str, tmp: str | None = None) -> str | None:
             return None
     trouble = [line.strip() for line in lines if any(word in line.lower() for word in AGENT_TROUBLE)]
     return f"{trouble[-1][:400]} ({where})" if trouble else None
-
-
-def last_step(work: Path) -> int:
-    """The run's last logged step (0: none yet)."""
-    steps = logged_steps(work)
-    return steps[-1]["step"] if steps else 0
-
-
-def stalled(work: Path) -> bool:
-    """Whether the run's last failed attempt was stopped by its watch as stalled (``failed.json``)."""
-    try:
-        return str(json.loads((work / FAILED).read_text()).get("ended", "")).startswith("stalled")
-    except (OSError, ValueError):
-        return False
 
 
 def failed_host(work: Path) -> str:

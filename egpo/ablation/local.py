@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egpo.ablation.attempt import log_tail, run_attempt
+from egpo.ablation.attempt import FAST_FAILURE_LIMIT, last_step, log_tail, run_attempt, stalled
 from egpo.ablation.progress import StepProgress
 from egpo.run_state import DONE, LOG, RUN
 
@@ -18,8 +18,9 @@ def run_steps(work: Path) -> int:
 
 def run_locally(runs: list[Path], retries: int) -> list[str]:
     """Runs each prepared run directory (``run.json`` written) to its end; returns the names of those that failed
-    every attempt. A run that finished before (``done.json``) is skipped."""
-    failed = []
+    every attempt. A run that finished before (``done.json``) is skipped. After :data:`FAST_FAILURE_LIMIT` failed
+    attempts in a row that logged no step (a start-up error every run meets), no further run is started."""
+    failed, fast = [], []
     for i, work in enumerate(runs, 1):
         name = work.name
         if (work / DONE).exists():
@@ -30,13 +31,24 @@ def run_locally(runs: list[Path], retries: int) -> list[str]:
             print(f"{label}: running ({run_steps(work)} steps); its console: {work / LOG}", flush=True)
             result = run_attempt(work, own_session=True, on_line=StepProgress(label, run_steps(work)))
             if result["returncode"] == 0:
-                print(f"[ablation] {i}/{len(runs)} {name}: done in {result['seconds']} s (from step "
-                      f"{result['resumed_from']})", flush=True)
+                fast.clear()
+                print(f"{label}: done in {result['seconds']} s (from step {result['resumed_from']})", flush=True)
                 break
             again = attempt < retries
-            print(f"[ablation] {i}/{len(runs)} {name}: FAILED (rc {result['returncode']}) in {result['seconds']} s"
+            print(f"{label}: FAILED (rc {result['returncode']}) in {result['seconds']} s"
                   f"{', retrying from its last checkpoint' if again else ''}; the end of {name}/log.txt:\n"
                   + log_tail(work), flush=True)
+            if last_step(work) <= result["resumed_from"] and not stalled(work):
+                fast.append(name)
+            else:
+                fast.clear()
+            if len(fast) >= FAST_FAILURE_LIMIT:
+                left = len(runs) - i
+                raise SystemExit(
+                    f"[ablation] {len(fast)} attempts in a row failed before logging a step ({', '.join(fast)}): no "
+                    f"further run was started, so that one start-up error does not fail every run. {left} run(s) not "
+                    f"started{'; failed: ' + ', '.join(failed) if failed else ''}. Read the log.txt above, fix the "
+                    "config or the machine, and rerun the same command: it resumes every run from its last checkpoint")
         else:
             failed.append(name)
     return failed

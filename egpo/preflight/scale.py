@@ -190,8 +190,8 @@ def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
         if saved >= UPDATE_ENTROPY_WARNING:
             findings.append(warning("gpu", f"{text} (fp32 copies of the micro-batch's {tokens:,} x {vocab:,} logits, "
                                            f"beside the model's activations and logits; verl takes the entropy "
-                                           f"before the log probs, so the update's peak rises by at least this; "
-                                           f"verl's own update at this size is not measured, docs/benchmarks.md): "
+                                           f"before the log probs, so the update holds these bytes at once, beside "
+                                           f"the logits; verl's own update at this size is not measured, docs/benchmarks.md): "
                                            f"likely out of memory; fused kernels never materialise them: "
                                            f"{FUSED_FIX}"))
         else:
@@ -209,8 +209,40 @@ def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
     return findings
 
 
+# verl's step batch in the trainer process, per sequence position: int64 input_ids, attention_mask and position_ids
+# over the whole sequence, and over the response its int64 responses and response_mask and about eight fp32 per-token
+# tensors (old and rollout log probs, entropy, scores, rewards, advantages, returns, reference log probs)
+SEQUENCE_BYTES = 3 * 8
+RESPONSE_BYTES = 2 * 8 + 8 * 4
+
+
+def step_batch_bytes(config) -> int:
+    """About how much host memory verl's padded step batch takes in the trainer process (verl's, not egpo's)."""
+    rows = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
+    prompt, response = int(config.data.max_prompt_length), int(config.data.max_response_length)
+    return rows * ((prompt + response) * SEQUENCE_BYTES + response * RESPONSE_BYTES)
+
+
+def egpo_driver_bytes(config, settings) -> int:
+    """The most host memory egpo adds on the driver per step (:func:`driver_findings`'s total; 0: none)."""
+    return sum(size for _, size in _driver_parts(config, settings))
+
+
 def driver_findings(config, settings) -> list[Finding]:
     """Host memory egpo holds on the driver per step (transient; freed with the batch)."""
+    if not settings.enabled:
+        return []
+    parts = _driver_parts(config, settings)
+    cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
+        int(config.data.max_response_length)
+    if not parts:
+        return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
+    total = sum(size for _, size in parts)
+    return [fact("driver", f"at most {_gb(total)} host memory per step over {cells:,} response tokens: " +
+                           ", ".join(f"{name} {_gb(size)}" for name, size in parts))]
+
+
+def _driver_parts(config, settings) -> list[tuple[str, int]]:
     if not settings.enabled:
         return []
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
@@ -228,11 +260,7 @@ def driver_findings(config, settings) -> list[Finding]:
         parts.append(("80/20 selection", cells * SELECTION_BYTES))
     if settings.algo.egpo_token_reweighting == "stare":
         parts.append(("STARE's weights", cells * STARE_BYTES))
-    if not parts:
-        return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
-    total = sum(size for _, size in parts)
-    return [fact("driver", f"at most {_gb(total)} host memory per step over {cells:,} response tokens: " +
-                           ", ".join(f"{name} {_gb(size)}" for name, size in parts))]
+    return parts
 
 
 def checkpoint_bytes(config, shape: ModelShape) -> int:
