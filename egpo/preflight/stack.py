@@ -106,7 +106,9 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
             f"'.[verl{version.replace('.', '')}]' does not bring it): every worker would fail at the model's load. "
             f"Fix: {verl_stack(version).flash_attn_install} (PyPI has its source only: it compiles against the "
             "installed torch, 3-5 minutes on 64 cores with ninja by flash-attn's own account, and each compile job "
-            "takes gigabytes of memory, so MAX_JOBS caps them), or use PyTorch's attention instead: "
+            "takes gigabytes of memory, so MAX_JOBS caps them), or PyTorch's attention, which attends over each packed "
+            "micro-batch whole under a mask (on a CPU 3.4x the time of attending within each sequence, at two "
+            "sequences a micro-batch: docs/benchmarks.md), instead: "
             f"{'++' if key == ATTENTION_KEY else ''}{key}=sdpa")
     return error("attention", text) if cuda_here else warning("attention", text + " (where the GPU nodes run "
                                                                                   "another image, check it there)")
