@@ -152,6 +152,7 @@ def test_a_lost_node_fails_and_resumes_only_its_run_then_the_report(tmp_path, de
     text = log.read_text()
     assert proc.returncode == 0, text[-5000:]
     assert "2 run(s) as Ray jobs" in text and "at most 2 at once" in text  # the two nodes hold one run each
+    assert "accepts jobs without a token" not in text  # the test's cluster runs Ray's token authentication
     lost = [w for w in works if f"{w.name}: FAILED (job {jobs[w.name]}" in text]
     assert lost == held, text[-5000:]  # only the run the lost node held
     (kept,) = [w for w in works if w not in lost]

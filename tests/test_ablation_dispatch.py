@@ -642,3 +642,43 @@ def test_sigterm_ends_the_ablation_through_ctrl_cs_path(monkeypatch):
     assert installed == {signal.SIGTERM: cli.stop_as_on_ctrl_c}
     with pytest.raises(KeyboardInterrupt):
         cli.stop_as_on_ctrl_c(signal.SIGTERM, None)
+
+
+def test_a_cluster_that_takes_jobs_without_a_token_is_said_to_in_one_line(capsys):
+    """The ablation asks the dashboard's jobs API for its jobs with no token: a cluster that answers (no token
+    authentication) is said to accept jobs from anyone; one that refuses (401, Ray's token mode) or does not answer
+    is not."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from egpo.ablation import cluster
+
+    def dashboard(status):
+        class Jobs(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(status if self.path == "/api/jobs/" else 404)
+                self.end_headers()
+                self.wfile.write(b"[]")
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Jobs)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+    for status, expected in ((200, True), (401, False), (403, False), (500, None)):
+        server, address = dashboard(status)
+        try:
+            assert cluster.accepts_jobs_without_a_token(address) is expected, status
+        finally:
+            server.shutdown()
+    assert cluster.accepts_jobs_without_a_token("http://127.0.0.1:1") is None  # nothing listens
+    server, address = dashboard(200)
+    try:
+        with pytest.raises(SystemExit):  # not a Ray dashboard: the client refuses it, after the one line
+            cluster.connect(address)
+    finally:
+        server.shutdown()
+    said = [line for line in capsys.readouterr().out.splitlines() if "accepts jobs without a token" in line]
+    assert said == [cluster.OPEN_CLUSTER.format(address=address)]

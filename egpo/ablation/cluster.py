@@ -45,11 +45,33 @@ TRY_AGAIN_FOR = 300.0  # seconds of Ray's "try again later" (no job agent) befor
 AGENT_LOG = "dashboard_agent.log"  # where a node's job agent logs why it did not start
 
 
+def accepts_jobs_without_a_token(address: str, timeout: float = 10.0) -> bool | None:
+    """Whether the dashboard at ``address`` lists jobs to a request that carries no token (its jobs API then runs any
+    command anyone who reaches it sends); None: no answer either way."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/jobs/", timeout=timeout) as answer:
+            return 200 <= answer.status < 300
+    except urllib.error.HTTPError as err:
+        return False if err.code in (401, 403) else None
+    except (OSError, ValueError):
+        return None
+
+
+OPEN_CLUSTER = ("[ablation] the Ray cluster at {address} accepts jobs without a token: anyone who can reach its "
+                "dashboard can run any command on its nodes. Start it with token authentication (docs/ablation.md, "
+                "'On a Ray cluster': RAY_AUTH_MODE=token on every node and here)")
+
+
 def connect(address: str):
     """Ray's job-submission client for the cluster's dashboard (``http://HEAD:8265``), with the fix for the two ways
-    it fails at once."""
+    it fails at once; a cluster that takes jobs from anyone is said to be so, in one line."""
     from ray.job_submission import JobSubmissionClient
 
+    if accepts_jobs_without_a_token(address):
+        print(OPEN_CLUSTER.format(address=address), flush=True)
     try:
         return JobSubmissionClient(address)
     except Exception as err:  # noqa: BLE001 - Ray raises several types here; each is explained
