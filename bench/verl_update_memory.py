@@ -13,10 +13,19 @@ one mini-batch, ``calculate_entropy`` the flag verl sends), verl's PPO loss and 
 
 * the model: random weights of the recipe model's shape (``egpo.preflight.scale.KNOWN_SHAPES``), saved to a local
   folder with egpo's demo tokenizer; attention ``sdpa`` (the bench needs no flash-attn);
-* one process, world size 1, with verl's parameter and optimizer offload on a GPU: the model's state (fp32
-  parameters, gradients, Adam's moments) lives on the host, so the peak is what sharding over a node's GPUs does not
-  shrink (activations, logits, log probabilities, the entropy, one layer's gathered parameters); the sharded state a
-  GPU of the recipe's run also holds is printed beside it (16 bytes a parameter / GPUs);
+* one process, world size 1, on a GPU with FSDP2's own CPU offload (``fsdp_config.offload_policy=true``): the
+  model's state (fp32 parameters, gradients, Adam's moments) stays on the host through the update, so the peak is
+  what sharding over a node's GPUs does not shrink (activations, logits, log probabilities, the entropy, one layer's
+  gathered parameters); the sharded state a GPU of the recipe's run also holds is printed beside it (16 bytes a
+  parameter / GPUs). verl's ``param_offload`` and ``optimizer_offload`` would not do this: verl loads both onto the
+  GPU for the whole of its train mode (``BaseEngineCtx``), which at world size 1 is the unsharded state;
+* one warm-up update before the measured ones, so every mode runs with Adam's moments already made (the first
+  optimizer step makes them);
+* the log-probability kernel verl picks, printed: flash-attn's cross-entropy where flash-attn is installed (a run
+  built as README says), else ``logprobs_from_logits_v2``'s per-row log-softmax (a bare machine), which saves more;
+* ``--layers N``: the recipe model's shape with N of its layers (the head, the logits and one layer's activations
+  are the full model's; the rest of the activations scale with the layers), for a model whose state and
+  activations do not fit one GPU at its full depth (qwen3_8b on one H200: ``--layers 12``);
 * Ray and datasets: verl's engine-worker modules import them at module level (Ray's remote classes; datasets in
   ``verl.utils.dataset``, which ``verl.workers.utils.losses`` imports). Where they are not installed (a bare GPU
   machine with torch and transformers only), stand-in modules answer those imports (:data:`STAND_INS`); nothing of
@@ -57,6 +66,11 @@ GB = 1e9
 TINY = dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
 MODES = {"none": (False, False), "entropy": (True, False), "entropy_checkpointed": (True, True)}
+# FSDP2's CPU offload: the state stays on the host in train mode (verl's param_offload/optimizer_offload would load it
+# onto the GPU for the whole update, workers/engine/base.py BaseEngineCtx); verl turns its own two flags off with it
+GPU_OFFLOAD = ("++actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+               "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+               "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false")
 
 
 # --- Ray, where it is not installed --------------------------------------------------------------------------------
@@ -141,8 +155,7 @@ def recipe_config(recipe: str, model: Path, device: str):
         overrides += ["trainer.device=cpu", *(f"++actor_rollout_ref.actor.fsdp_config.mixed_precision.{k}=fp32"
                                               for k in ("param_dtype", "reduce_dtype", "buffer_dtype"))]
     else:
-        overrides += ["actor_rollout_ref.actor.fsdp_config.param_offload=true",
-                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]
+        overrides += GPU_OFFLOAD
     with initialize_config_dir(config_dir=str(ROOT / "recipes"), version_base=None):
         return compose(config_name=recipe, overrides=overrides)
 
@@ -246,6 +259,21 @@ def _status(field: str) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 
+def log_prob_kernel() -> str:
+    """Which log-probability kernel verl's update takes here (verl.utils.torch_functional)."""
+    from verl.utils import torch_functional
+
+    if getattr(torch_functional, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", False) and \
+            os.environ.get("VERL_DISABLE_FLASH_ATTN_CE", "0") != "1":
+        return "log probs: flash-attn's cross-entropy (a README-built run's)"
+    return ("log probs: logprobs_from_logits_v2's per-row log-softmax (no flash-attn here; a README-built run takes "
+            "flash-attn's cross-entropy, which saves less)")
+
+
+def with_layers(shape: dict, layers: int | None) -> dict:
+    return shape if not layers else {**shape, "num_hidden_layers": int(layers)}
+
+
 def measure(worker, td, device: str) -> dict:
     import torch
 
@@ -280,6 +308,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="tokens in the micro-batch (default: the recipe's ppo_max_token_len_per_gpu)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--layers", type=int, default=None,
+                        help="the model's shape with this many of its layers (a model too deep for one GPU)")
+    parser.add_argument("--no-warm-up", action="store_true", help="measure the first update too (Adam's moments are "
+                        "made in it: the first mode's figure then lacks them)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
     args = parser.parse_args(argv)
 
@@ -294,7 +326,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     with tempfile.TemporaryDirectory() as folder:
         probe = recipe_config(args.recipe, Path(folder), args.device)
         name = str(probe.actor_rollout_ref.model.path)
-        shape = TINY if args.shape == "tiny" else KNOWN_SHAPES[name]
+        full = TINY if args.shape == "tiny" else KNOWN_SHAPES[name]
+        shape = with_layers(full, args.layers)
         model = build_model(shape, Path(folder) / "model", args.device)
         cfg = recipe_config(args.recipe, model, args.device)
         select_device(cfg, args.device)
@@ -307,9 +340,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
         state_per_gpu = 16 * ModelShape.from_dict(name, shape).parameters / int(cfg.trainer.n_gpus_per_node)
         device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
-        print(f"verl's actor update: {args.recipe} ({'tiny shape' if args.shape == 'tiny' else name}), {tokens:,} "
-              f"tokens, {device_name}, torch {torch.__version__}"
+        depth = (f", {shape['num_hidden_layers']} of its {full['num_hidden_layers']} layers"
+                 if args.layers else "")
+        print(f"verl's actor update: {args.recipe} ({'tiny shape' if args.shape == 'tiny' else name}{depth}), "
+              f"{tokens:,} tokens, {device_name}, torch {torch.__version__}"
               f"{'; stand-ins (not installed): ' + ', '.join(stood_in) if stood_in else ''}", flush=True)
+        print(log_prob_kernel(), flush=True)
+        if not args.no_warm_up:  # Adam's moments are made by the first step: every measured mode then has them
+            object.__setattr__(worker.engine.engine_config, "entropy_checkpointing", False)
+            worker.train_mini_batch(update_batch(tokens, sequence, shape["vocab_size"], False))
+            print("warm-up update done (Adam's moments made)", flush=True)
         rows = []
         for mode in args.modes:
             calculate, checkpointed = MODES[mode]
@@ -317,7 +357,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             object.__setattr__(worker.engine.engine_config, "entropy_checkpointing", checkpointed)
             td = update_batch(tokens, sequence, shape["vocab_size"], calculate)
             figure = entropy_saved_bytes(cfg, tokens, shape["vocab_size"]) if calculate else 0
-            row = {"mode": mode, "tokens": tokens, **measure(worker, td, args.device),
+            row = {"mode": mode, "tokens": tokens, "layers": shape["num_hidden_layers"],
+                   **measure(worker, td, args.device),
                    "preflight_entropy_gb": round(figure / GB, 3), "preflight_entropy_bytes": figure,
                    "sharded_state_per_gpu_gb": round(state_per_gpu / GB, 2)}
             rows.append(row)
