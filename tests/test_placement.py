@@ -204,3 +204,37 @@ def test_a_failure_after_the_pools_exist_still_names_their_nodes(tmp_path, monke
             trainer.init_workers()
         assert (json.loads((tmp_path / NODES_FILE).read_text())["nodes"] if recorded else
                 (tmp_path / NODES_FILE).exists()) == (recorded or False)
+
+
+def test_a_worker_that_fails_to_start_after_the_pools_exist_leaves_the_pools_nodes_recorded(tmp_path, monkeypatch):
+    """verl creates the run's placement groups, then starts its workers there (the model's load, CUDA, an engine):
+    when a worker fails to start, the failed attempt names the nodes of the run's pools (nodes.json), not the node
+    its driver ran on; the worker's own error is the one raised."""
+    from contextlib import nullcontext
+
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from egpo.run_state import CHECKPOINTS, run_nodes
+    from egpo.trainer import placement
+    from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
+
+    work = tmp_path / "run"
+    trainer = EgpoRayPPOTrainer.__new__(EgpoRayPPOTrainer)  # verl's constructor needs the whole run: not here
+    trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(work / CHECKPOINTS)}})
+    trainer.resource_pool_manager = SimpleNamespace(resource_pool_dict={})
+    pools = set()
+
+    def verls_init_workers(self):
+        pools.add("0123abcd" * 7)  # the pools exist (verl's create_resource_pool), then a worker fails to start
+        raise RuntimeError("CUDA error: an illegal memory access")
+
+    monkeypatch.setattr(RayPPOTrainer, "init_workers", verls_init_workers)
+    monkeypatch.setattr(placement, "pool_node_ids", lambda manager: set(pools))
+    monkeypatch.setattr(placement, "placing_on_run_nodes", lambda nodes: nullcontext())
+    monkeypatch.setattr(placement, "default_actors_on", lambda nodes: nullcontext())
+    monkeypatch.setattr(placement, "node_names", lambda ids: sorted(f"gpu-node-{i[:4]}" for i in ids))
+    monkeypatch.setattr("egpo.compat.verl_shapes.check_ray_shape", lambda: None)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        trainer.init_workers()
+    assert run_nodes(work) == ["gpu-node-0123"]
