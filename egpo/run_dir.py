@@ -202,7 +202,8 @@ def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: f
         val = f"validation at step {validation['step']}: " + ", ".join(
             f"pass@{k} {validation['data'][key]:.4g}" for k, key in dict.fromkeys([passes[0], passes[-1]]))
     save_freq = int(config.trainer.get("save_freq", -1) or -1)
-    checkpoints = sorted(where.glob("global_step_*"))
+    checkpoints = sorted((p for p in where.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit()),
+                         key=lambda p: int(p.name.rsplit("_", 1)[1]))  # by step: global_step_20 after global_step_5
     kept = (f"{len(checkpoints)} checkpoint(s), the last {checkpoints[-1].name}" if checkpoints else
             "no checkpoint (trainer.save_freq=-1)" if save_freq <= 0 else "no checkpoint yet")
     lines = [f"[egpo] done: {len(steps)} step(s) logged, the last step {last}, in {seconds:.0f} s"

@@ -184,6 +184,23 @@ def check_ablation(args: list[str]) -> None:
     compose_checked(_path(parsed.config_path), parsed.config_name, list(parsed.overrides))
 
 
+def check_rehearse(args: list[str]) -> None:
+    from egpo.rehearse.__main__ import parser
+
+    try:
+        parsed = parser().parse_intermixed_args(args)
+    except SystemExit as err:
+        raise AssertionError(f"python -m egpo.rehearse refuses these arguments (exit {err.code})") from None
+    compose_checked(parsed.config_path and _path(parsed.config_path), parsed.config_name, list(parsed.overrides))
+
+
+def check_export(args: list[str]) -> None:
+    """``export NAME=VALUE``: only the variables the docs mean (Ray's token authentication)."""
+    assert len(args) == 1 and "=" in args[0], "export NAME=VALUE"
+    name, value = args[0].split("=", 1)
+    assert (name, value) in (("RAY_AUTH_MODE", "token"),), f"export {name}: not a variable the docs set"
+
+
 def check_generate(args: list[str]) -> None:
     from egpo.generate.__main__ import parser
 
@@ -197,6 +214,7 @@ def check_generate(args: list[str]) -> None:
 EGPO_MODULES = {
     "egpo.main": check_main,
     "egpo.generate": check_generate,
+    "egpo.rehearse": check_rehearse,
     "egpo.analyze": lambda args: check_argparse("egpo.analyze", args),
     "egpo.preflight": check_preflight,
     "egpo.ablation": check_ablation,
@@ -294,6 +312,8 @@ def check_command(command: Command) -> None:
         assert len(args) == 1
     elif program == "ray":
         check_ray(args)
+    elif program == "export":
+        check_export(args)
     else:
         raise AssertionError(f"{program}: not a command the docs check knows (teach tests/doc_commands.py)")
 

@@ -48,7 +48,7 @@ FLOORS = (
     ("console", "trainer"),  # trainer/: the trainer process
     ("preflight",),  # the driver before Ray
     ("data", "runner"),
-    ("main", "generate"),  # the entry points and the tools
+    ("main", "generate", "rehearse"),  # the entry points and the tools
     ("analyze",),
     ("ablation",),
     ("report",),

@@ -352,3 +352,12 @@ def test_verls_ray_init_line_is_one_short_line_on_the_console_and_whole_in_the_l
     stand_in = "[egpo] ray.init's arguments: ray_kwargs.ray_init in the run's configuration\n"
     assert console.getvalue() == stand_in + "a line before\n" + stand_in + "a line after\n"
     assert (tmp_path / "log.txt").read_text() == kwargs + "\na line before\nray init kwargs: {'num_cpus': 2}\na line after\n"
+
+
+def test_the_closing_summary_names_the_last_checkpoint_by_its_step_not_its_name(tmp_path):
+    """global_step_20 comes after global_step_5 (a name sort puts it first)."""
+    where = tmp_path / "run"
+    for step in (5, 10, 15, 20):
+        (where / f"global_step_{step}").mkdir(parents=True)
+    lines = run_dir.summary_lines(where, [{"step": 20, "data": {}}], config(where, save_freq=5), 1.0)
+    assert lines[1].endswith("4 checkpoint(s), the last global_step_20")

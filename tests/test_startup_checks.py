@@ -515,3 +515,13 @@ def test_a_recipes_rollout_engine_that_is_not_installed_is_stated_before_ray_wit
     monkeypatch.setattr(sglang_versions, "installed_sglang", lambda: versions.VERL[version].sglang)
     assert stack.engine_installed_finding(qwen, cuda_here=True) is None
 
+
+
+def test_fsdp1_on_a_cpu_is_refused_before_ray_with_fsdp2():
+    """verl's FSDP1 (actor.strategy=fsdp, the qwen3 recipes' own) syncs the module's states through a GPU device and
+    fails on a CPU only once its workers build the model; refused before, naming FSDP2, and the fix passes."""
+    from egpo.preflight.cpu_backend import check_cpu_backend
+
+    [found] = check_cpu_backend(smoke("actor_rollout_ref.actor.strategy=fsdp"))
+    assert "actor_rollout_ref.actor.strategy=fsdp2 (FSDP1, strategy=fsdp" in found.text
+    assert check_cpu_backend(smoke("actor_rollout_ref.actor.strategy=fsdp2")) == []

@@ -153,8 +153,9 @@ def check_cpu_backend(config: DictConfig) -> list[Finding]:
     if workers(config).cpu_needs_fsdp2 and engine_strategy != "fsdp2":
         problems.append(f"++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl {verl_version()}'s "
                         f"{worker_family(config)} worker builds FSDP1 from that key, which needs a GPU device id)")
-    if config.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):
-        problems.append("actor_rollout_ref.actor.strategy=fsdp2")
+    if config.actor_rollout_ref.actor.strategy != "fsdp2":
+        problems.append("actor_rollout_ref.actor.strategy=fsdp2 (FSDP1, strategy=fsdp, syncs the module's states "
+                        "through a GPU device)")
     attn = (config.actor_rollout_ref.model.get("override_config", None) or {}).get("attn_implementation", None)
     if attn not in ("eager", "sdpa"):
         problems.append("++actor_rollout_ref.model.override_config.attn_implementation=eager (flash-attn needs a GPU)")

@@ -1,0 +1,91 @@
+"""python -m egpo.rehearse: a recipe's own configuration on the CPU. What it changes keeps the recipe's ratios and its
+schedule's coincidences (by hand arithmetic on the qwen3 recipes); run whole, every event of the schedule holds, read
+from the run's own files."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import VERL
+from test_recipes import RECIPES
+
+from egpo.rehearse.plan import plan, schedule
+from egpo.rehearse.schedule import expected_events
+
+
+def recipe(name, *overrides):
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+def rehearsed(config, changes):
+    config = config.copy()
+    for change in changes:
+        OmegaConf.update(config, change.key, change.rehearsal, force_add=True)
+    return config
+
+
+@pytest.mark.parametrize("name", ["qwen3_1.7b", "qwen3_4b", "qwen3_8b"])
+def test_a_rehearsal_keeps_the_recipes_ratios_engine_and_choices(name, tmp_path):
+    config = recipe(name)
+    changes = plan(config, RECIPES.parent)
+    small = rehearsed(config, changes)
+    keys = {c.key for c in changes}
+    # every token count scaled by the prompt's factor: the ratios the preflight's batch checks read are the recipe's
+    factor = small.data.max_prompt_length / config.data.max_prompt_length
+    for key in ("data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"):
+        big, little = (float(OmegaConf.select(c, key)) for c in (config, small))
+        assert little == pytest.approx(big * factor, abs=1), key
+    sequences = lambda c: c.actor_rollout_ref.actor.ppo_max_token_len_per_gpu // (  # noqa: E731
+        c.data.max_prompt_length + c.data.max_response_length)
+    assert sequences(small) == sequences(config)  # whole sequences a micro-batch holds
+    updates = lambda c: c.data.train_batch_size // c.actor_rollout_ref.actor.ppo_mini_batch_size  # noqa: E731
+    assert updates(small) == updates(config)
+    # what the run is about is the recipe's, untouched
+    for kept in ("actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.val_kwargs",
+                 "algorithm", "trainer.logger", "trainer.val_before_train", "actor_rollout_ref.actor.loss_agg_mode",
+                 "actor_rollout_ref.actor.clip_ratio_high", "actor_rollout_ref.rollout.temperature"):
+        assert not any(k == kept or k.startswith(kept + ".") for k in keys), kept
+    assert small.trainer.device == "cpu" and small.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert all(c.recipe != c.rehearsal and c.why for c in changes)
+
+
+def test_the_schedule_keeps_its_events_in_order_with_the_same_coincidences():
+    config = recipe("qwen3_4b")  # 200 steps, validation every 20, a save every 50
+    steps, test, save = schedule(config)
+    assert (steps, test, save) == (20, 2, 5)
+    big = [(e.what, e.step) for e in expected_events(config)]
+    small = [(e.what, e.step * 10) for e in expected_events(rehearsed(config, plan(config, RECIPES.parent)))]
+    assert [event for event in big if event[0] != "training step"] == \
+        [event for event in small if event[0] != "training step"]
+    assert ("validation on a save step", 100) in big and ("validation", 0) in big
+    # one key changed at a time: a save moved onto every validation step shows as exactly that
+    moved = recipe("qwen3_4b", "trainer.save_freq=20")
+    events = expected_events(rehearsed(moved, plan(moved, RECIPES.parent)))
+    assert {e.step for e in events if e.what == "validation on a save step"} == set(range(1, 11))
+    assert not [e for e in events if e.what == "validation" and e.step > 0]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
+def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_path):
+    """qwen3_1.7b's own configuration through the real trainer on this CPU: its step-0 validation, 20 training steps,
+    the saves at 5, 10, 15 and 20, the validations at every second step (two of them on save steps), each held and
+    read from the run's own files; the preflight's checkpoint size beside the one written. The rollout is egpo's HF
+    server here (README's environment has no sglang; the recipe's sglang needs the sglang lane's environment)."""
+    proc = subprocess.run([sys.executable, "-m", "egpo.rehearse", f"--config-path={RECIPES}", "--config-name=qwen3_1.7b",
+                           "actor_rollout_ref.rollout.name=hf"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    events = [line for line in proc.stdout.splitlines() if line.startswith("[rehearse] ") and " step " in line]
+    assert len(events) == 1 + 20 + 4 + 10 and all(line.split()[-1] != "HELD" and " held" in line for line in events)
+    assert "[rehearse] validation on a save step   step  10  held" in proc.stdout
+    checkpoint = [line for line in proc.stdout.splitlines() if line.startswith("[rehearse] checkpoint global_step_20")]
+    ratio = float(checkpoint[0].rsplit("(", 1)[1].split("x")[0])
+    assert 0.9 <= ratio <= 1.2, checkpoint  # the preflight's model of a checkpoint against the one on disk
+    where = tmp_path / "checkpoints" / "egpo" / "qwen3_1.7b_egpo_rehearsal"
+    assert (where / "metrics.jsonl").exists() and (where / "global_step_20").is_dir()
