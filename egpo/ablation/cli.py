@@ -64,12 +64,12 @@ def preflight(args, demo: Path | None, dispatch: tuple[str, ...], config) -> Non
 def head_memory_line(config, parallel: int) -> str:
     """What the runs at once hold on the head node: Ray starts each job's driver there, and egpo keeps each run's
     trainer (verl's task runner, which holds the step's batch) beside its driver."""
-    from egpo.preflight.scale import _gb, step_batch_bytes
+    from egpo.preflight.scale import gb, step_batch_bytes
 
     batch = step_batch_bytes(config)
     return (f"[ablation] the head node holds each running run's driver and trainer, and with them its step batch: "
-            f"{parallel} at once x about {_gb(batch)} (verl's batch at this recipe's lengths) = about "
-            f"{_gb(parallel * batch)} of its host memory at a step, plus each arm's 'driver' line of its preflight; "
+            f"{parallel} at once x about {gb(batch)} (verl's batch at this recipe's lengths) = about "
+            f"{gb(parallel * batch)} of its host memory at a step, plus each arm's 'driver' line of its preflight; "
             "a head with less: --max-parallel")
 
 

@@ -117,7 +117,7 @@ def _count(n: int) -> str:
     return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.2f}M" if n >= 1e6 else f"{n:,}"
 
 
-def _gb(n: float) -> str:
+def gb(n: float) -> str:
     return f"{n / GB:,.1f} GB" if n >= 0.1 * GB else f"{n / 1e6:,.1f} MB"
 
 
@@ -186,7 +186,7 @@ def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
     else:
         saved = entropy_saved_bytes(config, tokens, vocab)
         text = (f"actor update ({tokens:,} tokens per GPU): {reason} computes the update-time entropy, which saves "
-                f"{_gb(saved)} per GPU for the backward pass")
+                f"{gb(saved)} per GPU for the backward pass")
         if saved >= UPDATE_ENTROPY_WARNING:
             findings.append(warning("gpu", f"{text} (fp32 copies of the micro-batch's {tokens:,} x {vocab:,} logits, "
                                            f"beside the model's activations and logits; verl takes the entropy "
@@ -204,7 +204,7 @@ def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
         rows = min(chunk, recompute_tokens_per_gpu(config))
         findings.append(fact("gpu", f"old-policy recompute ({recompute_tokens_per_gpu(config):,} tokens per GPU): "
                                     "verl computes its entropy in every run, egpo has it in fp32 chunks of "
-                                    f"{rows:,} rows x {vocab:,} x 4 B = {_gb(rows * vocab * 4)}, a few alive at a "
+                                    f"{rows:,} rows x {vocab:,} x 4 B = {gb(rows * vocab * 4)}, a few alive at a "
                                     "time (no gradient)"))
     return findings
 
@@ -238,8 +238,8 @@ def driver_findings(config, settings) -> list[Finding]:
     if not parts:
         return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
     total = sum(size for _, size in parts)
-    return [fact("driver", f"at most {_gb(total)} host memory per step over {cells:,} response tokens: " +
-                           ", ".join(f"{name} {_gb(size)}" for name, size in parts))]
+    return [fact("driver", f"at most {gb(total)} host memory per step over {cells:,} response tokens: " +
+                           ", ".join(f"{name} {gb(size)}" for name, size in parts))]
 
 
 def _driver_parts(config, settings) -> list[tuple[str, int]]:
@@ -315,13 +315,13 @@ def disk_finding(per_checkpoint: int, peak: int, runs: int, where: Path, what: s
     only for ``k >= fewest``); ``already``: what is on that disk already for this run, said in the line."""
     total = per_checkpoint * peak * runs
     free, probe = free_bytes(where)
-    text = (f"{what}: {_gb(per_checkpoint)} per checkpoint x {peak} at the peak" + (f" x {runs} runs" if runs > 1 else "")
-            + f" = {_gb(total)}; {_gb(free)} free on the disk of {probe}" + (f" ({already})" if already else ""))
+    text = (f"{what}: {gb(per_checkpoint)} per checkpoint x {peak} at the peak" + (f" x {runs} runs" if runs > 1 else "")
+            + f" = {gb(total)}; {gb(free)} free on the disk of {probe}" + (f" ({already})" if already else ""))
     if total <= DISK_WARNING_SHARE * free:
         return fact("disk", text)
     fits = int(free // max(1, per_checkpoint * runs))
     fix = fewer(min(fits, peak - 1)) if fewest <= min(fits, peak - 1) else None
-    fixes = "free space there, or write to a disk with " + _gb(total) + " free" + (f", or keep fewer: {fix}" if fix else "")
+    fixes = "free space there, or write to a disk with " + gb(total) + " free" + (f", or keep fewer: {fix}" if fix else "")
     if total > free:
         return error("disk", f"{text}: a run would fail at a save. Fix: {fixes}")
     return warning("disk", f"{text}: over {DISK_WARNING_SHARE:.0%} of it, with nothing else written there. Fix: {fixes}")
@@ -354,13 +354,13 @@ def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Find
     keep = config.trainer.get("max_actor_ckpt_to_keep", None)
     kept = saves if keep is None else (min(int(keep), saves) if saves is not None else int(keep))
     if kept is None:
-        return fact("disk", f"{_gb(checkpoint_bytes(config, shape))} per checkpoint (every trainer.save_freq="
+        return fact("disk", f"{gb(checkpoint_bytes(config, shape))} per checkpoint (every trainer.save_freq="
                             f"{config.trainer.save_freq} steps; the run's length is unknown)")
     peak = min(peak_checkpoints(kept), saves) if saves is not None else peak_checkpoints(kept)
     what = "checkpoints" + (f" (max_actor_ckpt_to_keep={kept} holds {peak} while the next is written)"
                             if peak > kept else "")
     folders, size = leftover_checkpoints(config)
-    already = (f"{len(folders)} checkpoint(s) of the attempt it resumes, {_gb(size)}, stay beside them until the run "
+    already = (f"{len(folders)} checkpoint(s) of the attempt it resumes, {gb(size)}, stay beside them until the run "
                f"ends: verl rotates only the ones it saves") if folders else ""
     return disk_finding(checkpoint_bytes(config, shape), peak, 1, Path(str(config.trainer.default_local_dir)),
                         what, lambda k: f"trainer.max_actor_ckpt_to_keep={k}", already=already)

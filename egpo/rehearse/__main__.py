@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def checkpoint_line(config, where: Path) -> str:
     """The preflight's size of one checkpoint beside the newest on disk."""
-    from egpo.preflight.scale import _gb, checkpoint_bytes, model_shape
+    from egpo.preflight.scale import checkpoint_bytes, gb, model_shape
 
     saved = sorted(where.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
     shape = model_shape(config)
@@ -84,8 +84,8 @@ def checkpoint_line(config, where: Path) -> str:
     on_disk = sum(p.stat().st_size for p in actor.rglob("*") if p.is_file() and p.suffix == ".pt")
     predicted = checkpoint_bytes(config, shape)
     ratio = on_disk / predicted if predicted else float("nan")
-    return (f"[rehearse] checkpoint {saved[-1].name}: {_gb(on_disk)} of shards on disk, the preflight's figure "
-            f"{_gb(predicted)} ({ratio:.2f}x)")
+    return (f"[rehearse] checkpoint {saved[-1].name}: {gb(on_disk)} of shards on disk, the preflight's figure "
+            f"{gb(predicted)} ({ratio:.2f}x)")
 
 
 if __name__ == "__main__":
