@@ -81,31 +81,34 @@ def resumed_step(config: DictConfig, where: Path) -> int:
     return resume_point(where, where, remove=False)
 
 
-def resume_where_logged(config: DictConfig, where: Path) -> int:
+def resume_where_logged(config: DictConfig, where: Path) -> tuple[int, str | None]:
     """Before an attempt: :func:`resumed_step`, with a newer checkpoint whose step was never logged removed and
-    verl's pointer set back to the one it resumes from, said in one line."""
+    verl's pointer set back to the one it resumes from; returns the step and the line that says so (None: nothing
+    was removed)."""
     from egpo.run_state import checkpoint_pointer, resume_point
 
     if str(config.trainer.get("resume_mode", "auto")) != "auto":
-        return resumed_step(config, where)
+        return resumed_step(config, where), None
     before = checkpoint_pointer(where)
     resume = resume_point(where, where)
-    if resume != before:
-        print(f"[egpo] the checkpoint of step {before} was saved but its step never logged (the run stopped between "
-              f"the two): it is removed, and the run resumes from step {resume}", flush=True)
-    return resume
+    if resume == before:
+        return resume, None
+    return resume, (f"[egpo] the checkpoint of step {before} was saved but its step never logged (the run stopped "
+                    f"between the two): it is removed, and the run resumes from step {resume}")
 
 
-def validate_first_where_owed(config: DictConfig, where: Path, resume: int) -> None:
-    """The attempt that reached step ``resume`` stopped during its validation: this one validates there first."""
+def validate_first_where_owed(config: DictConfig, where: Path, resume: int) -> str | None:
+    """The attempt that reached step ``resume`` stopped during its validation: this one validates there first;
+    returns the line that says so (None: nothing owed)."""
     from egpo.run_state import validation_owed
 
-    if validation_owed(where, resume) and not config.trainer.get("val_before_train", True):
+    if not validation_owed(where, resume):
+        return None
+    if not config.trainer.get("val_before_train", True):
         with open_dict(config):
             config.trainer.val_before_train = True
-    if validation_owed(where, resume):
-        print(f"[egpo] step {resume}'s validation was cut short by the last attempt: it runs first, then training "
-              "resumes", flush=True)
+    return (f"[egpo] step {resume}'s validation was cut short by the last attempt: it runs first, then training "
+            "resumes")
 
 
 REPORT_LINE = "[egpo] report: python -m egpo.report"  # the closing summary's last line
@@ -130,8 +133,8 @@ class RunOutputs:
         from egpo.runner_console import RunnerConsole
 
         self.where.mkdir(parents=True, exist_ok=True)
-        resume = resume_where_logged(self.config, self.where)
-        validate_first_where_owed(self.config, self.where, resume)
+        resume, removed = resume_where_logged(self.config, self.where)
+        owed = validate_first_where_owed(self.config, self.where, resume)
         continue_metrics(self.where, resume)
         try:
             text = OmegaConf.to_yaml(self.config, resolve=True)
@@ -142,6 +145,9 @@ class RunOutputs:
         self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n")
         self._console = RunnerConsole(closing=self._summary, log=self._log).__enter__()
         start = f"resumes from step {resume}" if resume else "starts at step 0"
+        for line in (removed, owed):  # after the console is copied to the log: the run's log says it too
+            if line:
+                print(line, flush=True)
         print(f"[egpo] run directory: {self.where} ({start}; {CONFIG}, {METRICS_FILE}, {LOG}, "
               "checkpoints)", flush=True)
         return self

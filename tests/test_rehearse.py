@@ -3,6 +3,7 @@ schedule's coincidences (by hand arithmetic on the qwen3 recipes); run whole, ev
 from the run's own files."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -75,15 +76,21 @@ def test_the_schedule_keeps_its_events_in_order_with_the_same_coincidences():
 def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_path):
     """qwen3_1.7b's own configuration through the real trainer on this CPU: its step-0 validation, 20 training steps,
     the saves at 5, 10, 15 and 20, the validations at every second step (two of them on save steps), each held and
-    read from the run's own files; the preflight's checkpoint size beside the one written. The rollout is egpo's HF
-    server here (README's environment has no sglang; the recipe's sglang needs the sglang lane's environment)."""
+    read from the run's own files; killed whole during step 10's validation right after its save, the same command
+    resumes from that save and validates there first; the finished run's command again trains nothing; the
+    preflight's checkpoint size beside the one written. The rollout is egpo's HF server here (README's environment
+    has no sglang; the recipe's sglang needs the sglang lane's environment)."""
     proc = subprocess.run([sys.executable, "-m", "egpo.rehearse", f"--config-path={RECIPES}", "--config-name=qwen3_1.7b",
                            "actor_rollout_ref.rollout.name=hf"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    events = [line for line in proc.stdout.splitlines() if line.startswith("[rehearse] ") and " step " in line]
-    assert len(events) == 1 + 20 + 4 + 10 and all(line.split()[-1] != "HELD" and " held" in line for line in events)
+    events = [line for line in proc.stdout.splitlines() if re.match(r"\[rehearse\] [a-z ]+ step +\d+  ", line)]
+    assert len(events) == 1 + 20 + 4 + 10 and all(re.search(r"step +\d+  held", line) for line in events), events
     assert "[rehearse] validation on a save step   step  10  held" in proc.stdout
+    assert "[rehearse] killed every process of the run during step 10's validation, right after its save" in proc.stdout
+    assert ("[rehearse] the resume after the kill: from step 10 (its save kept), validated step 10 first, then "
+            "trained on") in proc.stdout
+    assert "[rehearse] the finished run's command again: trained nothing, said it is finished" in proc.stdout
     checkpoint = [line for line in proc.stdout.splitlines() if line.startswith("[rehearse] checkpoint global_step_20")]
     ratio = float(checkpoint[0].rsplit("(", 1)[1].split("x")[0])
     assert 0.9 <= ratio <= 1.2, checkpoint  # the preflight's model of a checkpoint against the one on disk

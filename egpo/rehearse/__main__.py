@@ -5,18 +5,23 @@
 It composes what ``python -m egpo.main`` would run with the same arguments, changes only what a CPU cannot hold
 (:mod:`egpo.rehearse.plan`: each change printed with the recipe's value, the rehearsal's and why), runs the real main
 job with those changes in a run folder of its own (the recipe's experiment name plus ``_rehearsal``: the same
-refusals, console and closing summary as the real run), then says, one line per event of the schedule, whether the
-run held it (the step-0 validation, the training steps, the saves, the validations on save steps, the last step's
-save) with its seconds, and the preflight's checkpoint size beside the one on disk. Exit status: the run's, else 1
-where an event did not hold.
+refusals, console and closing summary as the real run). At the schedule's worst moment (the validation right after
+a save) it kills every process of the run at once, as a node loss does, and runs the same command again (the
+resume); then the finished run's command once more (it must train nothing). It says, one line per event of the
+schedule, whether the run held it (the step-0 validation, the training steps, the saves, the validations on save
+steps, the last step's save) with its seconds; where the resume started and what it redid; and the preflight's
+checkpoint size beside the one on disk. Exit status: the run's, else 1 where an event did not hold.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the recipes and the committed warm demo
@@ -28,6 +33,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--config-path", default=None, help="a recipe folder (default: egpo's own configs)")
     parser.add_argument("--config-name", default="egpo_trainer")
     parser.add_argument("--dry-run", action="store_true", help="print the changes and the command; run nothing")
+    parser.add_argument("--no-kill", action="store_true",
+                        help="run once, without the kill at the schedule's worst moment and its resume")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m egpo.main")
     return parser
 
@@ -57,19 +64,89 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         print("[rehearse] the run: " + " ".join(command), flush=True)
         return
-    status = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
     rehearsal = compose(args.config_path, args.config_name, overrides)
     where = Path(str(rehearsal.trainer.default_local_dir)).expanduser().resolve()
+    if where.exists():  # the rehearsal's own folder: a rehearsal starts from nothing
+        shutil.rmtree(where)
+        print(f"[rehearse] {where}: an earlier rehearsal's, removed", flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    kill_step = None if args.no_kill else worst_moment(rehearsal)
+    kill_lines, every_kill = [], True
+    if kill_step is not None:
+        if run_until_killed(command, where, kill_step, env):
+            status = subprocess.run(command, env=env).returncode
+            kill_lines, every_kill = resume_lines(where, kill_step)
+        else:
+            status = 1
+            kill_lines, every_kill = [f"[rehearse] the run ended before step {kill_step}'s line: nothing was killed"], False
+    else:
+        status = subprocess.run(command, env=env).returncode
+    if status == 0:
+        again = subprocess.run(command, env=env, capture_output=True, text=True)
+        trained_nothing = again.returncode == 0 and "is finished" in again.stdout
+        kill_lines.append(f"[rehearse] the finished run's command again: "
+                          f"{'trained nothing, said it is finished' if trained_nothing else 'NOT HELD'}")
+        every_kill &= trained_nothing
     from egpo.rehearse.schedule import report_lines
 
     lines, every = report_lines(rehearsal, where)
-    for line in lines:
+    for line in [*lines, *kill_lines]:
         print(line, flush=True)
     print(checkpoint_line(rehearsal, where), flush=True)
     if status:
         raise SystemExit(status)
-    if not every:
+    if not (every and every_kill):
         raise SystemExit("[rehearse] an event of the schedule did not hold (NOT HELD above)")
+
+
+def worst_moment(config) -> int | None:
+    """The step whose validation, right after its save, is the worst moment to lose the run (a save that is not the
+    last step's, where one coincides with a validation; else the first save before the last step; None: no save)."""
+    from egpo.rehearse.schedule import expected_events
+
+    events = expected_events(config)
+    last = max((e.step for e in events), default=0)
+    coinciding = [e.step for e in events if e.what == "validation on a save step" and e.step < last]
+    saves = [e.step for e in events if e.what == "save" and e.step < last]
+    return (coinciding or saves or [None])[0]
+
+
+def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> bool:
+    """The run, killed as a node loss kills it (every process at once) as soon as step ``step`` is logged: its save
+    is written, its validation begun (egpo's trainer validates a save step after logging it). False: it ended first."""
+    from egpo.rehearse.schedule import TRAINING
+    from egpo.run_state import ATTEMPT_METRICS, read_steps
+
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        while proc.poll() is None:
+            if any(line["step"] == step and TRAINING in line["data"] for line in read_steps(where / ATTEMPT_METRICS)):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=120)
+                print(f"[rehearse] killed every process of the run during step {step}'s validation, right after its "
+                      "save (as a node loss); the same command again:", flush=True)
+                return True
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return False
+
+
+def resume_lines(where: Path, step: int) -> tuple[list[str], bool]:
+    """What the attempt after the kill did, read from the run's log: where it resumed, and what it redid."""
+    import re
+
+    from egpo.run_state import LOG
+
+    attempts = (where / LOG).read_text(errors="replace").split("\n=== ")
+    resumed = re.search(r"\(resumes from step (\d+);", attempts[-1])
+    step_from = int(resumed.group(1)) if resumed else 0
+    revalidated = f"step {step}'s validation was cut short" in attempts[-1]
+    held = step_from == step and revalidated
+    return [f"[rehearse] the resume after the kill: from step {step_from} (its save kept), "
+            f"{'validated step ' + str(step) + ' first, then trained on' if revalidated else 'no validation redone'}"
+            f"{'' if held else '  NOT HELD'}"], held
 
 
 def checkpoint_line(config, where: Path) -> str:
