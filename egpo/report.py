@@ -225,16 +225,17 @@ def metric_titles(runs) -> dict[str, str]:
 def analyze_hint(root: Path, runs, baseline: str) -> str:
     """The egpo.analyze command that compares, token by token, the base model's reading of its own responses with
     each arm's first seed's (the baseline's first), every run named."""
+    from egpo.ablation.arms import run_name
     from egpo.ablation.generation import ON_BASE
     from egpo.run_state import DONE
 
     folders, names = [root / "generate_base_scored"], ["base"]
     for arm in sorted(runs, key=lambda arm: arm != baseline):
         for seed in sorted(runs[arm]):
-            folder = root / f"{arm}__seed{seed}" / ON_BASE
+            folder = root / run_name(arm, seed) / ON_BASE
             if (folder / DONE).exists():
                 folders.append(folder)
-                names.append(f"{arm}__seed{seed}")
+                names.append(run_name(arm, seed))
                 break
     seed_word = "_".join(dict.fromkeys(name.rsplit("__", 1)[1] for name in names[1:])) or "runs"
     return (f"python -m egpo.analyze {' '.join(map(str, folders))} --names {' '.join(names)} "

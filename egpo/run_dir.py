@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from egpo.run_state import CONFIG, LOG
+from egpo.run_state import CONFIG, LOG, checkpoint_steps
 
 LOGGER_PATH_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 
@@ -208,9 +208,8 @@ def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: f
         val = f"validation at step {validation['step']}: " + ", ".join(
             f"pass@{k} {validation['data'][key]:.4g}" for k, key in dict.fromkeys([passes[0], passes[-1]]))
     save_freq = int(config.trainer.get("save_freq", -1) or -1)
-    checkpoints = sorted((p for p in where.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit()),
-                         key=lambda p: int(p.name.rsplit("_", 1)[1]))  # by step: global_step_20 after global_step_5
-    kept = (f"{len(checkpoints)} checkpoint(s), the last {checkpoints[-1].name}" if checkpoints else
+    checkpoints = checkpoint_steps(where, where)  # by step: global_step_20 after global_step_5
+    kept = (f"{len(checkpoints)} checkpoint(s), the last global_step_{checkpoints[-1]}" if checkpoints else
             "no checkpoint (trainer.save_freq=-1)" if save_freq <= 0 else "no checkpoint yet")
     lines = [f"[egpo] done: {len(steps)} step(s) logged, the last step {last}, in {seconds:.0f} s"
              + (f"; step {last}: {', '.join(figures)}" if figures else "") + (f"; {val}" if val else ""),

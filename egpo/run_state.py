@@ -36,6 +36,7 @@ CONFIG = "config.yaml"  # a main job's configuration as it started (egpo.run_dir
 NODES = "nodes.json"  # in the checkpoint folder: the nodes of the attempt's placement groups (its GPU workers)
 # in a global_step_N folder: step N's validation was owed when the run stopped (egpo.trainer.validation_after_log)
 VALIDATION_OWED = "egpo_validation_owed"
+TRAINING_STEP_KEY = "timing_s/step"  # in a training step's logged line (verl's timing); a validation-only line has none
 
 
 def checkpoint_pointer(directory: Path) -> int:
@@ -51,10 +52,15 @@ def last_checkpoint(work: Path, checkpoints: Path | None = None) -> int:
     return checkpoint_pointer(checkpoints or work / CHECKPOINTS)
 
 
+def validation_owed_marker(checkpoints: Path, step: int) -> Path:
+    """Where a save step's owed validation is marked: in the step's checkpoint folder."""
+    return Path(checkpoints) / f"global_step_{step}" / VALIDATION_OWED
+
+
 def validation_owed(checkpoints: Path, step: int) -> bool:
     """The run stopped during the validation of step ``step``, after saving it and logging its training line: the
     attempt that resumes there validates before it trains."""
-    return step > 0 and (Path(checkpoints) / f"global_step_{step}" / VALIDATION_OWED).exists()
+    return step > 0 and validation_owed_marker(checkpoints, step).exists()
 
 
 def read_steps(path: Path) -> list[dict]:
@@ -89,6 +95,7 @@ def logged_steps(work: Path) -> list[dict]:
 
 
 def checkpoint_steps(work: Path, checkpoints: Path | None = None) -> list[int]:
+    """The steps of the run's ``global_step_N`` folders, in order; ``checkpoints``: as for :func:`last_checkpoint`."""
     root = checkpoints or work / CHECKPOINTS
     if not root.exists():
         return []

@@ -148,7 +148,8 @@ def check_main(args: list[str]) -> None:
 
 # where each egpo command's parser() lives
 PARSER_MODULES = {"egpo.preflight": "egpo.preflight.__main__", "egpo.ablation": "egpo.ablation.cli",
-                  "egpo.generate": "egpo.generate.__main__", "egpo.analyze": "egpo.analyze.__main__"}
+                  "egpo.generate": "egpo.generate.__main__", "egpo.analyze": "egpo.analyze.__main__",
+                  "egpo.rehearse": "egpo.rehearse.__main__"}
 
 
 def command_parser(module: str):
@@ -184,13 +185,13 @@ def check_ablation(args: list[str]) -> None:
     compose_checked(_path(parsed.config_path), parsed.config_name, list(parsed.overrides))
 
 
-def check_rehearse(args: list[str]) -> None:
-    from egpo.rehearse.__main__ import parser
-
+def check_recipe_command(module: str, args: list[str]) -> None:
+    """A command that takes a recipe and Hydra overrides (egpo.generate, egpo.rehearse): its parser takes the
+    arguments, and the recipe composes with egpo's check of its keys."""
     try:
-        parsed = parser().parse_intermixed_args(args)
+        parsed = command_parser(module).parse_intermixed_args(args)
     except SystemExit as err:
-        raise AssertionError(f"python -m egpo.rehearse refuses these arguments (exit {err.code})") from None
+        raise AssertionError(f"python -m {module} refuses these arguments (exit {err.code})") from None
     compose_checked(parsed.config_path and _path(parsed.config_path), parsed.config_name, list(parsed.overrides))
 
 
@@ -201,20 +202,10 @@ def check_export(args: list[str]) -> None:
     assert (name, value) in (("RAY_AUTH_MODE", "token"),), f"export {name}: not a variable the docs set"
 
 
-def check_generate(args: list[str]) -> None:
-    from egpo.generate.__main__ import parser
-
-    try:
-        parsed = parser().parse_intermixed_args(args)
-    except SystemExit as err:
-        raise AssertionError(f"python -m egpo.generate refuses these arguments (exit {err.code})") from None
-    compose_checked(parsed.config_path and _path(parsed.config_path), parsed.config_name, list(parsed.overrides))
-
-
 EGPO_MODULES = {
     "egpo.main": check_main,
-    "egpo.generate": check_generate,
-    "egpo.rehearse": check_rehearse,
+    "egpo.generate": lambda args: check_recipe_command("egpo.generate", args),
+    "egpo.rehearse": lambda args: check_recipe_command("egpo.rehearse", args),
     "egpo.analyze": lambda args: check_argparse("egpo.analyze", args),
     "egpo.preflight": check_preflight,
     "egpo.ablation": check_ablation,

@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
-from egpo.ablation.progress import TRAINING_STEP_KEY
-from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, FAILED, LOG, RUN, begin_attempt, end_attempt,
-                             installed_versions, logged_steps, record_attempt, run_nodes, validation_owed)
+from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, FAILED, LOG, RUN, TRAINING_STEP_KEY, begin_attempt,
+                             end_attempt, installed_versions, logged_steps, record_attempt, run_nodes, validation_owed)
 
 
 

@@ -26,10 +26,10 @@ def run_locally(runs: list[Path], retries: int) -> list[str]:
         if (work / DONE).exists():
             print(f"[ablation] {i}/{len(runs)} {name}: done before, skipped", flush=True)
             continue
-        label = f"[ablation] {i}/{len(runs)} {name}"
+        label, steps = f"[ablation] {i}/{len(runs)} {name}", run_steps(work)
         for attempt in range(retries + 1):
-            print(f"{label}: running ({run_steps(work)} steps); its console: {work / LOG}", flush=True)
-            result = run_attempt(work, own_session=True, on_line=StepProgress(label, run_steps(work)))
+            print(f"{label}: running ({steps} steps); its console: {work / LOG}", flush=True)
+            result = run_attempt(work, own_session=True, on_line=StepProgress(label, steps))
             if result["returncode"] == 0:
                 fast.clear()
                 print(f"{label}: done in {result['seconds']} s (from step {result['resumed_from']})", flush=True)

@@ -13,9 +13,9 @@ import re
 import time
 
 from egpo.generate.progress import duration
+from egpo.run_state import TRAINING_STEP_KEY
 
 AT_LEAST_EVERY_S = 300.0
-TRAINING_STEP_KEY = "timing_s/step"  # in a training step's logged line (verl's timing); a validation-only line has none
 GENERATE_LINE = re.compile(r"\[egpo\] (?:generate|score) (\[[#-]+\] .*)$")
 
 

@@ -79,7 +79,7 @@ def analyze(dirs: list[Path], out: Path, *, names: list[str] | None = None, solv
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(analysis, indent=1))
     picked = [tuple(key) for key in plot]
-    missing = [f"{i}:{s}" for i, s in picked if not any(((r.index == i) & (r.sample == s)).any() for r in runs)]
+    missing = [f"{i}:{s}" for i, s in picked if all(r.row_of((i, s)) is None for r in runs)]
     if missing:
         raise SystemExit(f"[egpo] analyze: --plot {' '.join(missing)}: no run holds that response (prompt index:sample; "
                          f"the first run's prompts are 0 to {int(runs[0].index.max())}, samples 0 to "

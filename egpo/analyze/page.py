@@ -91,10 +91,6 @@ def shown_keys(runs: list[RunTokens], count: int, first: list[tuple[int, int]] =
     return (picked + rest)[:max(count, len(picked))]
 
 
-def row_of(run: RunTokens, key: tuple[int, int]) -> int:
-    return int(np.flatnonzero((run.index == key[0]) & (run.sample == key[1]))[0])
-
-
 def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, show: int,
                first: list[tuple[int, int]] = ()) -> str:
     scale = max(float(np.percentile(r.entropy, 99)) if len(r.entropy) else 0.0 for r in runs) or 1.0
@@ -124,7 +120,7 @@ def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, 
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(r.name)}</th>" for r in group) + "</tr>")
             for key in keys:
                 parts.append("<tr>" + "".join(
-                    f"<td>{shown_row_html(r, row_of(r, key), decode, scale, prompts, solved[r.name])}</td>"
+                    f"<td>{shown_row_html(r, r.row_of(key), decode, scale, prompts, solved[r.name])}</td>"
                     for r in group) + "</tr>")
             parts.append("</table>")
         else:
@@ -132,7 +128,7 @@ def index_html(analysis: dict, runs: list[RunTokens], plots: list[str], decode, 
             parts.append(f"<h3>{html.escape(run.name)}</h3>")
             own = shown_keys([run], show, first)
             prompts = prompt_texts(run.path, set(own))
-            parts += [shown_row_html(run, row_of(run, key), decode, scale, prompts, solved[run.name]) + "<hr>"
+            parts += [shown_row_html(run, run.row_of(key), decode, scale, prompts, solved[run.name]) + "<hr>"
                       for key in own]
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -24,16 +24,11 @@ def fitted(title: str, width: int = 90) -> str:
     return "\n".join(textwrap.wrap(title, width)) or title
 
 
-def row_where(run: RunTokens, key: tuple[int, int]) -> int | None:
-    rows = np.flatnonzero((run.index == key[0]) & (run.sample == key[1]))
-    return int(rows[0]) if len(rows) else None
-
-
 def position_figure(plt, runs: list[RunTokens], analysis: dict, key: tuple[int, int], decode):
     """One response (``key``: its prompt's index and its sample) token by token, a panel per run that holds it, on
     one y scale; the forking tokens (Wang et al.) are those at or above the run's 80th percentile. None: no run
     holds it."""
-    shown = [(run, summary, row_where(run, key)) for run, summary in zip(runs, analysis["runs"])]
+    shown = [(run, summary, run.row_of(key)) for run, summary in zip(runs, analysis["runs"])]
     shown = [(run, summary, row) for run, summary, row in shown if row is not None]
     if not shown:
         return None

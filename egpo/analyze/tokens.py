@@ -48,6 +48,11 @@ class RunTokens:
     def rows(self) -> int:
         return len(self.index)
 
+    def row_of(self, key: tuple[int, int]) -> int | None:
+        """The row of response ``key`` (its prompt's index, its sample), None where the run has none."""
+        found = np.flatnonzero((self.index == key[0]) & (self.sample == key[1]))
+        return int(found[0]) if len(found) else None
+
     def row_means(self) -> np.ndarray:
         """Each response's mean token entropy (NaN for an empty response)."""
         sums = np.bincount(self.row, weights=self.entropy, minlength=self.rows)

@@ -114,13 +114,12 @@ def worst_moment(config) -> int | None:
 def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> bool:
     """The run, killed as a node loss kills it (every process at once) as soon as step ``step`` is logged: its save
     is written, its validation begun (egpo's trainer validates a save step after logging it). False: it ended first."""
-    from egpo.rehearse.schedule import TRAINING
-    from egpo.run_state import ATTEMPT_METRICS, read_steps
+    from egpo.run_state import ATTEMPT_METRICS, TRAINING_STEP_KEY, read_steps
 
     proc = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         while proc.poll() is None:
-            if any(line["step"] == step and TRAINING in line["data"] for line in read_steps(where / ATTEMPT_METRICS)):
+            if any(line["step"] == step and TRAINING_STEP_KEY in line["data"] for line in read_steps(where / ATTEMPT_METRICS)):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=120)
                 print(f"[rehearse] killed every process of the run during step {step}'s validation, right after its "
@@ -152,16 +151,18 @@ def resume_lines(where: Path, step: int) -> tuple[list[str], bool]:
 def checkpoint_line(config, where: Path) -> str:
     """The preflight's size of one checkpoint beside the newest on disk."""
     from egpo.preflight.scale import checkpoint_bytes, gb, model_shape
+    from egpo.run_state import checkpoint_steps
 
-    saved = sorted(where.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
+    saved = checkpoint_steps(where, where)
     shape = model_shape(config)
     if not saved or shape is None:
         return "[rehearse] checkpoint: none saved, nothing to compare"
-    actor = saved[-1] / "actor"
+    newest = where / f"global_step_{saved[-1]}"
+    actor = newest / "actor"
     on_disk = sum(p.stat().st_size for p in actor.rglob("*") if p.is_file() and p.suffix == ".pt")
     predicted = checkpoint_bytes(config, shape)
     ratio = on_disk / predicted if predicted else float("nan")
-    return (f"[rehearse] checkpoint {saved[-1].name}: {gb(on_disk)} of shards on disk, the preflight's figure "
+    return (f"[rehearse] checkpoint {newest.name}: {gb(on_disk)} of shards on disk, the preflight's figure "
             f"{gb(predicted)} ({ratio:.2f}x)")
 
 

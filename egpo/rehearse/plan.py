@@ -117,8 +117,9 @@ def plan(config: DictConfig, root: Path) -> list[Change]:
                1, "two cores"),
     ]
     if _get(config, "actor_rollout_ref.rollout.name") == "sglang":
-        for key, value in (("device", "cpu"), ("attention_backend", "torch_native"), ("enable_memory_saver", False),
-                           ("max_total_tokens", 4096)):
+        from egpo.preflight.cpu_backend import SGLANG_CPU_ENGINE
+
+        for key, value in (*SGLANG_CPU_ENGINE.items(), ("max_total_tokens", 4096)):
             changes.append(Change(f"actor_rollout_ref.rollout.engine_kwargs.sglang.{key}",
                                   _get(config, f"actor_rollout_ref.rollout.engine_kwargs.sglang.{key}"), value,
                                   "sglang's CPU engine"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-TRAINING = "timing_s/step"  # in a training step's line (verl's timing)
+from egpo.run_state import TRAINING_STEP_KEY
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def held(event: Event, steps: dict[int, dict], checkpoints: set[int], keep: int 
     removed since)."""
     data = steps.get(event.step, {})
     if event.what == "training step":
-        return TRAINING in data, data.get(TRAINING)
+        return TRAINING_STEP_KEY in data, data.get(TRAINING_STEP_KEY)
     if event.what.startswith("validation"):
         shown = any(key.startswith("val-") for key in data)
         return shown, data.get("timing_s/testing")
@@ -52,10 +52,10 @@ def held(event: Event, steps: dict[int, dict], checkpoints: set[int], keep: int 
 
 def report_lines(config: DictConfig, where: Path) -> tuple[list[str], bool]:
     """One line per event (event, step, held or not, seconds), and whether every event held."""
-    from egpo.run_state import logged_steps
+    from egpo.run_state import checkpoint_steps, logged_steps
 
     steps = {s["step"]: s["data"] for s in logged_steps(where)}
-    checkpoints = {int(p.name.rsplit("_", 1)[1]) for p in where.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit()}
+    checkpoints = set(checkpoint_steps(where, where))
     keep = config.trainer.get("max_actor_ckpt_to_keep", None)
     lines, every = [], True
     for event in expected_events(config):

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from egpo.patching import Patch
-from egpo.run_state import VALIDATION_OWED
+from egpo.run_state import validation_owed_marker
 
 _active: dict = {"deferred": None}  # this process's trainer's DeferredValidation (one trainer per task runner)
 
@@ -41,7 +41,7 @@ class DeferredValidation:
         self.running = False
 
     def marker(self, step: int) -> Path:
-        return self.checkpoints / f"global_step_{step}" / VALIDATION_OWED
+        return validation_owed_marker(self.checkpoints, step)
 
     def saved(self, step: int) -> None:
         self.saved_at = step
