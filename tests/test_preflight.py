@@ -364,3 +364,26 @@ def test_verls_validation_inside_the_preflight_prints_nothing_of_its_own():
         warnings.simplefilter("always")
         assert verl_validate_findings(config) == []
     assert printed.getvalue() == "" and [str(w.message) for w in caught] == []
+
+
+@pytest.mark.parametrize("budget, found", [(256, True), (512, False)])
+def test_vllms_prefill_budget_under_its_context_without_chunked_prefill(demo, workdir, monkeypatch, budget, found):
+    """vLLM without chunked prefill: on verl 0.7.1 vLLM refuses the pair at engine start (an error here, before Ray);
+    verl 0.9.1 raises the budget to the context itself (a warning). The context is the model's (the demo model's
+    max_position_embeddings, 512, as qwen3() points the recipe at it); the fix, pasted, clears it."""
+    chunked_off = ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.enable_chunked_prefill=false")
+    _, lines = qwen3(workdir, demo, monkeypatch, *chunked_off, f"actor_rollout_ref.rollout.max_num_batched_tokens={budget}")
+    text = findings_text(lines)
+    said = (f"max_num_batched_tokens={budget} is under the engine's context of 512 (the model's "
+            "max_position_embeddings, verl's max_model_len when it is unset)")
+    assert (said in text) == found, text
+    if not found:
+        return
+    line = next(line for line in lines if said in line)
+    assert line.startswith("X " if VERL == "0.7.1" else "! "), line
+    fix = ("actor_rollout_ref.rollout.max_model_len=512", "actor_rollout_ref.rollout.max_num_batched_tokens=512")
+    assert " ".join(fix) in line
+    for fixed in (fix, ("actor_rollout_ref.rollout.enable_chunked_prefill=true",)):
+        _, lines = qwen3(workdir, demo, monkeypatch, *chunked_off, f"actor_rollout_ref.rollout.max_num_batched_tokens="
+                         f"{budget}", *fixed)
+        assert "max_num_batched_tokens" not in findings_text(lines), fixed

@@ -71,6 +71,44 @@ def test_the_schedule_keeps_its_events_in_order_with_the_same_coincidences():
     assert not [e for e in events if e.what == "validation" and e.step > 0]
 
 
+@pytest.mark.parametrize("overrides, found", [
+    (("actor_rollout_ref.rollout.max_num_batched_tokens=4096",), True),  # under the model's 40,960 positions
+    (("actor_rollout_ref.rollout.max_num_batched_tokens=65536",), False),
+    (("actor_rollout_ref.rollout.max_num_batched_tokens=8192", "actor_rollout_ref.rollout.max_model_len=16384"), True),
+    (("actor_rollout_ref.rollout.max_num_batched_tokens=16384", "actor_rollout_ref.rollout.max_model_len=16384"), False),
+])
+def test_vllms_prefill_budget_meets_its_context_in_the_rehearsal_as_in_the_recipe(overrides, found):
+    """One key changed: vLLM's prefill budget under its context (chunked prefill off) is found in the recipe and in
+    its rehearsal alike, and a budget over it in neither (the rehearsal's context is the demo model's 512 positions)."""
+    from egpo.preflight.batch import prefill_budget_findings
+
+    config = recipe("qwen3_1.7b", "actor_rollout_ref.rollout.name=vllm",
+                    "actor_rollout_ref.rollout.enable_chunked_prefill=false", *overrides)
+    small = rehearsed(config, plan(config, RECIPES.parent))
+    assert bool(prefill_budget_findings(config)) is found
+    assert bool(prefill_budget_findings(small)) is found
+
+
+def test_a_recipe_whose_engine_is_not_installed_ends_the_rehearsal_at_its_refusal(tmp_path):
+    """One key changed: the recipe's engine left out of this environment. The run's own refusal (before Ray, with the
+    install line) ends the rehearsal, with its exit status; no event table of a schedule that never ran."""
+    import importlib.util
+
+    missing = next((name for name in ("sglang", "vllm") if importlib.util.find_spec(name) is None), None)
+    if missing is None:
+        pytest.skip("sglang and vLLM are both installed here")
+    proc = subprocess.run([sys.executable, "-m", "egpo.rehearse", f"--config-path={RECIPES}", "--config-name=qwen3_1.7b",
+                           f"actor_rollout_ref.rollout.name={missing}"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    refusal = next(line for line in (proc.stdout + proc.stderr).splitlines()
+                   if line.startswith("[egpo] refused before anything started:"))
+    assert missing in refusal and "pip install" in refusal, refusal  # the engine, and the line that installs it
+    assert proc.stderr.rstrip().endswith("[rehearse] the run stopped before its first step (exit status 1; its own "
+                                         "lines above say why): nothing of the schedule ran")
+    assert "NOT HELD" not in proc.stdout and "[rehearse] validation" not in proc.stdout
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
 def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_path):

@@ -100,6 +100,9 @@ class VerlStack:
     empty_server_manager: str | None  # verl's way to build no rollout servers (egpo.compat.rollout), where it has one
     workers: dict[str, WorkerFamily]  # its actor/rollout worker families (egpo.compat.workers), by name
     vllm_on_cpu: bool  # verl's vLLM path runs on a CPU with vLLM's CPU build (egpo.cpu.vllm_rollout)
+    # with chunked prefill off, verl raises rollout.max_num_batched_tokens to max_model_len before vLLM sees it (else
+    # vLLM refuses the pair at engine start: egpo.preflight.batch.prefill_budget_findings)
+    raises_prefill_budget: bool
 
 
 VERL = {
@@ -113,7 +116,8 @@ VERL = {
                        gpu_engine_install={"sglang": "pip install -e '.[verl071,sglang]'",  # egpo's extra: verl's pin
                                            "vllm": "pip install vllm==0.12.0"},
                        empty_server_manager=None,  # the agent-loop manager builds its replicas itself
-                       workers=_WORKERS_071, vllm_on_cpu=False),  # its vLLM pin has no CPU build for its torch
+                       workers=_WORKERS_071, vllm_on_cpu=False,
+                       raises_prefill_budget=False),  # its vLLM pin has no CPU build for its torch
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
@@ -129,7 +133,8 @@ VERL = {
                                                      "requirements/sglang-0.5.12-gpu.txt",
                                            "vllm": "pip install vllm==0.24.0"},
                        empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty",
-                       workers=_WORKERS_091, vllm_on_cpu=True),
+                       workers=_WORKERS_091, vllm_on_cpu=True,
+                       raises_prefill_budget=True),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}

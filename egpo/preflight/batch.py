@@ -7,7 +7,7 @@ first update, after a whole rollout.
 
 from __future__ import annotations
 
-from egpo.preflight.findings import Finding, error
+from egpo.preflight.findings import Finding, error, warning
 
 
 def verl_validate_findings(config) -> list[Finding]:
@@ -60,5 +60,50 @@ def parallel_findings(config) -> list[Finding]:
     return []
 
 
+def engine_context(config) -> tuple[int, str]:
+    """The context verl gives a vLLM engine (rollout.max_model_len, else the model's max_position_embeddings) and
+    where it comes from; a model whose config this machine cannot read: the run's own sequence, a lower bound."""
+    from egpo.preflight.scale import model_shape
+
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.get("max_model_len"):
+        return int(rollout.max_model_len), "actor_rollout_ref.rollout.max_model_len"
+    shape = model_shape(config)
+    if shape is not None and shape.max_positions:
+        return shape.max_positions, "the model's max_position_embeddings, verl's max_model_len when it is unset"
+    return (int(config.data.max_prompt_length) + int(config.data.max_response_length),
+            "data.max_prompt_length + data.max_response_length, at least")
+
+
+def prefill_budget_findings(config) -> list[Finding]:
+    """vLLM without chunked prefill takes a prompt's whole prefill in one step, so it refuses a
+    ``max_num_batched_tokens`` under its ``max_model_len`` at engine start, after Ray and the weights' load (verl 0.7.1
+    passes the pair through); verl 0.9.1 raises the budget to ``max_model_len`` first, so a step's batch then holds
+    that many tokens, not the number set."""
+    from egpo.compat.versions import verl_stack
+
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.get("name") != "vllm" or rollout.get("enable_chunked_prefill", True):
+        return []
+    budget = int(rollout.get("max_num_batched_tokens") or 8192)
+    context, whence = engine_context(config)
+    if budget >= context:
+        return []
+    # what the run needs of the engine: its own sequence, within the model's context
+    sequence = min(int(config.data.max_prompt_length) + int(config.data.max_response_length), context)
+    said = (f"actor_rollout_ref.rollout.max_num_batched_tokens={budget} is under the engine's context of {context} "
+            f"({whence}) with actor_rollout_ref.rollout.enable_chunked_prefill=false")
+    bound = (f"actor_rollout_ref.rollout.max_model_len={sequence}", f"actor_rollout_ref.rollout.max_num_batched_tokens="
+             f"{max(budget, sequence)}")
+    if verl_stack().raises_prefill_budget:
+        return [warning("batch", f"{said}: verl raises the budget to {context} at engine start, so a prefill step "
+                                 f"holds up to {context} tokens' activations; bound both to the run's sequence with "
+                                 f"{' '.join(bound)}, or set actor_rollout_ref.rollout.enable_chunked_prefill=true")]
+    return [error("batch", f"{said}: vLLM refuses the pair at engine start, after Ray and the weights' load; set "
+                           f"actor_rollout_ref.rollout.enable_chunked_prefill=true, or {' '.join(bound)}",
+                  fixes=(("actor_rollout_ref.rollout.enable_chunked_prefill=true",), bound))]
+
+
 def batch_findings(config) -> list[Finding]:
-    return [*token_budget_findings(config), *parallel_findings(config), *verl_validate_findings(config)]
+    return [*token_budget_findings(config), *parallel_findings(config), *prefill_budget_findings(config),
+            *verl_validate_findings(config)]

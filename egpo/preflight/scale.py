@@ -35,11 +35,14 @@ GB = 1e9
 # config.json of the recipes' models (huggingface.co/Qwen/Qwen3-*/config.json), for a machine that cannot read them
 KNOWN_SHAPES = {
     "Qwen/Qwen3-1.7B": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                            num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+                            num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                            max_position_embeddings=40960),
     "Qwen/Qwen3-4B": dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                          max_position_embeddings=40960),
     "Qwen/Qwen3-8B": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+                          max_position_embeddings=40960),
 }
 UPDATE_ENTROPY_WARNING = 8 * GB  # the update-time entropy's saved tensors above this per GPU: warned, with the fix
 DISK_WARNING_SHARE = 0.8  # checkpoints above this share of the free space: warned
@@ -67,6 +70,7 @@ class ModelShape:
     num_key_value_heads: int
     head_dim: int
     tie_word_embeddings: bool
+    max_positions: int | None = None  # max_position_embeddings: the context verl gives an engine by default
 
     @classmethod
     def from_dict(cls, source: str, fields: dict) -> "ModelShape":
@@ -74,7 +78,8 @@ class ModelShape:
         head_dim = fields.get("head_dim") or int(fields["hidden_size"]) // heads
         return cls(source, int(fields["vocab_size"]), int(fields["hidden_size"]), int(fields["intermediate_size"]),
                    int(fields["num_hidden_layers"]), heads, int(fields.get("num_key_value_heads") or heads),
-                   int(head_dim), bool(fields.get("tie_word_embeddings", False)))
+                   int(head_dim), bool(fields.get("tie_word_embeddings", False)),
+                   int(fields["max_position_embeddings"]) if fields.get("max_position_embeddings") else None)
 
     @property
     def parameters(self) -> int:

@@ -10,7 +10,9 @@ a save) it kills every process of the run at once, as a node loss does, and runs
 resume); then the finished run's command once more (it must train nothing). It says, one line per event of the
 schedule, whether the run held it (the step-0 validation, the training steps, the saves, the validations on save
 steps, the last step's save) with its seconds; where the resume started and what it redid; and the preflight's
-checkpoint size beside the one on disk. Exit status: the run's, else 1 where an event did not hold.
+checkpoint size beside the one on disk. A run refused at start-up (or stopped before its first step) ends the
+rehearsal there, with the run's own refusal above and its exit status. Exit status: the run's, else 1 where an event
+did not hold.
 """
 
 from __future__ import annotations
@@ -73,14 +75,21 @@ def main(argv: list[str] | None = None) -> None:
     kill_step = None if args.no_kill else worst_moment(rehearsal)
     kill_lines, every_kill = [], True
     if kill_step is not None:
-        if run_until_killed(command, where, kill_step, env):
+        ended = run_until_killed(command, where, kill_step, env)
+        if ended is None:
             status = subprocess.run(command, env=env).returncode
             kill_lines, every_kill = resume_lines(where, kill_step)
         else:
-            status = 1
+            status = ended or 1
             kill_lines, every_kill = [f"[rehearse] the run ended before step {kill_step}'s line: nothing was killed"], False
     else:
         status = subprocess.run(command, env=env).returncode
+    from egpo.run_state import logged_steps
+
+    if status and not logged_steps(where):
+        # refused at start-up, or stopped before its first line: the run's own lines above say why and how to fix it
+        raise SystemExit(f"[rehearse] the run stopped before its first step (exit status {status}; its own lines above "
+                         "say why): nothing of the schedule ran")
     if status == 0:
         again = subprocess.run(command, env=env, capture_output=True, text=True)
         trained_nothing = again.returncode == 0 and "is finished" in again.stdout
@@ -111,9 +120,10 @@ def worst_moment(config) -> int | None:
     return (coinciding or saves or [None])[0]
 
 
-def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> bool:
+def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> int | None:
     """The run, killed as a node loss kills it (every process at once) as soon as step ``step`` is logged: its save
-    is written, its validation begun (egpo's trainer validates a save step after logging it). False: it ended first."""
+    is written, its validation begun (egpo's trainer validates a save step after logging it). None once killed; else
+    the exit status of a run that ended first."""
     from egpo.run_state import ATTEMPT_METRICS, TRAINING_STEP_KEY, read_steps
 
     proc = subprocess.Popen(command, env=env, start_new_session=True)
@@ -124,12 +134,12 @@ def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> b
                 proc.wait(timeout=120)
                 print(f"[rehearse] killed every process of the run during step {step}'s validation, right after its "
                       "save (as a node loss); the same command again:", flush=True)
-                return True
+                return None
             time.sleep(0.05)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    return False
+    return proc.returncode
 
 
 def resume_lines(where: Path, step: int) -> tuple[list[str], bool]:

@@ -7,7 +7,8 @@ value, the rehearsal's and why, and the ratios the preflight's checks read kept.
   template and an EOS) in place of the recipe's hub model.
 * **Lengths.** The prompt length becomes what the demo's prompts need, and every other token count scales by the same
   factor: the response length, the update's and the recompute's tokens per GPU. Their ratios are the recipe's, so
-  the batch arithmetic the preflight checks (tokens per GPU against the sequence length) meets the same cases.
+  the batch arithmetic the preflight checks (tokens per GPU against the sequence length) meets the same cases; on
+  vLLM, its prefill budget and context (``max_num_batched_tokens``, ``max_model_len``) too.
 * **Batch.** ``train_batch_size`` becomes the demo's (4 prompts), the mini-batch the same share of it; ``n`` and the
   validation's ``n`` are the recipe's.
 * **Schedule.** The steps, ``test_freq`` and ``save_freq`` divided by their greatest common divisor: the events fall
@@ -132,6 +133,12 @@ def plan(config: DictConfig, root: Path) -> list[Change]:
         value = _get(config, key)
         if isinstance(value, int) and value > 0:
             changes.append(Change(key, value, scaled(value, factor), f"x {factor:.4g}, the recipe's ratios kept"))
+    if _get(config, "actor_rollout_ref.rollout.name") == "vllm":  # vLLM's prefill budget against its context
+        for key in ("actor_rollout_ref.rollout.max_num_batched_tokens", "actor_rollout_ref.rollout.max_model_len"):
+            value = _get(config, key)
+            if isinstance(value, int) and value > 0:
+                changes.append(Change(key, value, scaled(value, factor), f"x {factor:.4g}, vLLM's prefill budget "
+                                                                         "against its context kept"))
     batch = int(_get(config, "data.train_batch_size"))
     share = BATCH / batch
     changes.append(Change("data.train_batch_size", batch, BATCH, "the demo's prompts a step"))
