@@ -109,6 +109,31 @@ def test_a_recipe_whose_engine_is_not_installed_ends_the_rehearsal_at_its_refusa
     assert "NOT HELD" not in proc.stdout and "[rehearse] validation" not in proc.stdout
 
 
+def test_the_disk_peak_is_the_most_the_checkpoints_held_at_once(tmp_path):
+    """Hand-made checkpoints: two written, then the older removed (verl's keep): the peak is both at once, and only
+    checkpoint folders count."""
+    from egpo.rehearse.measure import DiskPeak
+
+    def write(step, size):
+        (tmp_path / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (tmp_path / f"global_step_{step}" / "actor" / "model.pt").write_bytes(b"x" * size)
+
+    (tmp_path / "metrics.jsonl").write_bytes(b"y" * 10_000)  # the run's other files: not checkpoints
+    peak = DiskPeak(tmp_path, every=3600)  # sampled by hand here
+    write(1, 100)
+    peak.sample()
+    write(2, 300)
+    peak.sample()
+    import shutil
+
+    shutil.rmtree(tmp_path / "global_step_1")
+    peak.sample()
+    assert (peak.folders, peak.size) == (2, 400)
+    with DiskPeak(tmp_path, every=0.01) as watched:  # its thread samples until the block ends, and once more at exit
+        write(3, 1000)
+    assert (watched.folders, watched.size) == (2, 1300)
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
 def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_path):
@@ -116,8 +141,9 @@ def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_pat
     the saves at 5, 10, 15 and 20, the validations at every second step (two of them on save steps), each held and
     read from the run's own files; killed whole during step 10's validation right after its save, the same command
     resumes from that save and validates there first; the finished run's command again trains nothing; the
-    preflight's checkpoint size beside the one written. The rollout is egpo's HF server here (README's environment
-    has no sglang; the recipe's sglang needs the sglang lane's environment)."""
+    preflight's checkpoint size beside the one written, and the checkpoints' peak on disk beside its figure. The
+    rollout is egpo's HF server here (README's environment has no sglang; the recipe's sglang needs the sglang lane's
+    environment)."""
     proc = subprocess.run([sys.executable, "-m", "egpo.rehearse", f"--config-path={RECIPES}", "--config-name=qwen3_1.7b",
                            "actor_rollout_ref.rollout.name=hf"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -132,5 +158,9 @@ def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_pat
     checkpoint = [line for line in proc.stdout.splitlines() if line.startswith("[rehearse] checkpoint global_step_20")]
     ratio = float(checkpoint[0].rsplit("(", 1)[1].split("x")[0])
     assert 0.9 <= ratio <= 1.2, checkpoint  # the preflight's model of a checkpoint against the one on disk
+    # the checkpoints' peak, sampled while the run went on, against the preflight's (no keep: every save stays)
+    disk = re.search(r"\[rehearse\] disk at its peak: (\d+) checkpoint\(s\), .* on disk; the preflight's (\d+) "
+                     r"checkpoint\(s\), .* \(([\d.]+)x\)", proc.stdout)
+    assert disk and disk.group(1) == disk.group(2) == "4" and 0.9 <= float(disk.group(3)) <= 1.3, proc.stdout[-2000:]
     where = tmp_path / "checkpoints" / "egpo" / "qwen3_1.7b_egpo_rehearsal"
     assert (where / "metrics.jsonl").exists() and (where / "global_step_20").is_dir()

@@ -352,16 +352,27 @@ def leftover_checkpoints(config) -> tuple[list[Path], int]:
     return folders, size
 
 
-def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Finding | None:
-    saves = saves_per_run(config, steps, after=resumed_at(config))  # a resumed job: only the saves still to come
+def checkpoints_held(config, steps: int | None, after: int = 0) -> tuple[int, int] | None:
+    """(the checkpoints verl keeps, the most on disk at once) over steps ``after + 1`` to ``steps``; None where the
+    run's length is unknown and nothing bounds the keep."""
+    saves = saves_per_run(config, steps, after=after)
     if saves == 0:
-        return None
+        return 0, 0
     keep = config.trainer.get("max_actor_ckpt_to_keep", None)
     kept = saves if keep is None else (min(int(keep), saves) if saves is not None else int(keep))
     if kept is None:
+        return None
+    return kept, (min(peak_checkpoints(kept), saves) if saves is not None else peak_checkpoints(kept))
+
+
+def run_checkpoint_finding(config, shape: ModelShape, steps: int | None) -> Finding | None:
+    held = checkpoints_held(config, steps, after=resumed_at(config))  # a resumed job: only the saves still to come
+    if held == (0, 0):
+        return None
+    if held is None:
         return fact("disk", f"{gb(checkpoint_bytes(config, shape))} per checkpoint (every trainer.save_freq="
                             f"{config.trainer.save_freq} steps; the run's length is unknown)")
-    peak = min(peak_checkpoints(kept), saves) if saves is not None else peak_checkpoints(kept)
+    kept, peak = held
     what = "checkpoints" + (f" (max_actor_ckpt_to_keep={kept} holds {peak} while the next is written)"
                             if peak > kept else "")
     folders, size = leftover_checkpoints(config)

@@ -10,7 +10,8 @@ a save) it kills every process of the run at once, as a node loss does, and runs
 resume); then the finished run's command once more (it must train nothing). It says, one line per event of the
 schedule, whether the run held it (the step-0 validation, the training steps, the saves, the validations on save
 steps, the last step's save) with its seconds; where the resume started and what it redid; and the preflight's
-checkpoint size beside the one on disk. A run refused at start-up (or stopped before its first step) ends the
+checkpoint size beside the one on disk, and its checkpoints' peak beside the one measured while the run went on
+(:mod:`egpo.rehearse.measure`). A run refused at start-up (or stopped before its first step) ends the
 rehearsal there, with the run's own refusal above and its exit status. Exit status: the run's, else 1 where an event
 did not hold.
 """
@@ -74,16 +75,20 @@ def main(argv: list[str] | None = None) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     kill_step = None if args.no_kill else worst_moment(rehearsal)
     kill_lines, every_kill = [], True
-    if kill_step is not None:
-        ended = run_until_killed(command, where, kill_step, env)
-        if ended is None:
-            status = subprocess.run(command, env=env).returncode
-            kill_lines, every_kill = resume_lines(where, kill_step)
+    from egpo.rehearse.measure import DiskPeak, disk_line
+
+    with DiskPeak(where) as disk:
+        if kill_step is not None:
+            ended = run_until_killed(command, where, kill_step, env)
+            if ended is None:
+                status = subprocess.run(command, env=env).returncode
+                kill_lines, every_kill = resume_lines(where, kill_step)
+            else:
+                status = ended or 1
+                kill_lines, every_kill = [f"[rehearse] the run ended before step {kill_step}'s line: nothing was "
+                                          "killed"], False
         else:
-            status = ended or 1
-            kill_lines, every_kill = [f"[rehearse] the run ended before step {kill_step}'s line: nothing was killed"], False
-    else:
-        status = subprocess.run(command, env=env).returncode
+            status = subprocess.run(command, env=env).returncode
     from egpo.run_state import logged_steps
 
     if status and not logged_steps(where):
@@ -102,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     for line in [*lines, *kill_lines]:
         print(line, flush=True)
     print(checkpoint_line(rehearsal, where), flush=True)
+    print(disk_line(rehearsal, where, disk), flush=True)
     if status:
         raise SystemExit(status)
     if not (every and every_kill):
