@@ -164,3 +164,57 @@ def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_pat
     assert disk and disk.group(1) == disk.group(2) == "4" and 0.9 <= float(disk.group(3)) <= 1.3, proc.stdout[-2000:]
     where = tmp_path / "checkpoints" / "egpo" / "qwen3_1.7b_egpo_rehearsal"
     assert (where / "metrics.jsonl").exists() and (where / "global_step_20").is_dir()
+
+
+@pytest.mark.parametrize("schedule, rehearsed_schedule", [
+    ((30, 3, 20), (20, 3, 20)),  # the ablation's defaults on a qwen3 recipe: no common divisor; the first validation
+    ((200, 20, 20), (1, 1, 1)),  # step 1 saves and validates, as step 20 would on the GPU
+    ((4, 2, 20), (2, 1, 10)),  # the run ends before its first validation's step: its last step validates
+    ((30, 3, -1), (1, 1, -1)),  # no validation: through the first save
+])
+def test_the_ablation_rehearsals_schedule(schedule, rehearsed_schedule):
+    from egpo.ablation.rehearsal import rehearsal_schedule
+
+    assert rehearsal_schedule(*schedule) == rehearsed_schedule
+
+
+def test_the_ablation_rehearsal_runs_here_only(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "egpo.ablation", "--rehearse", f"--config-path={RECIPES}",
+                           "--config-name=qwen3_1.7b", "--out", str(tmp_path), "--ray-address", "http://head:8265"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "--rehearse runs every arm on this machine's CPU: leave out --ray-address" in \
+        proc.stderr, proc.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
+def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(tmp_path):
+    """Two arms of qwen3_1.7b's ablation on this CPU, each with the recipe's own configuration changed as egpo.rehearse
+    changes it: the schedule (4 steps, a save every 2, the recipe's validation every 20) over its divisor 2, so each
+    run validates before training, trains 2 steps, saves at 1 and 2 and validates at 2; then --status and the
+    report read the rehearsal's folder as any ablation's."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "egpo.ablation", "--rehearse", f"--config-path={RECIPES}",
+                           "--config-name=qwen3_1.7b", "--arms", "grpo", "egpo_rollout", "--seeds", "0", "--steps", "4",
+                           "--save-every", "2", "--out", str(out), "actor_rollout_ref.rollout.name=hf"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=1500,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "[ablation] rehearsal of qwen3_1.7b on this CPU:" in proc.stdout
+    assert "[ablation] actor_rollout_ref.model.path: 'Qwen/Qwen3-1.7B' -> " in proc.stdout
+    assert ("[ablation] schedule: --steps 4 -> 2, --save-every 2 -> 1, trainer.test_freq 20 -> 10 (over their greatest "
+            "common divisor, through the first save and validation)") in proc.stdout
+    from egpo.run_state import checkpoint_steps, logged_steps
+
+    for arm in ("grpo", "egpo_rollout"):
+        work = out / f"{arm}__seed0"
+        steps = {s["step"]: s["data"] for s in logged_steps(work)}
+        assert sorted(steps) == [0, 1, 2]
+        assert [s for s in steps if any(k.startswith("val-") for k in steps[s])] == [0, 2]
+        assert checkpoint_steps(work) == [1, 2]
+    status = subprocess.run([sys.executable, "-m", "egpo.ablation", "--status", str(out)], capture_output=True,
+                            text=True, timeout=300)
+    assert "2 done of 2 run(s)" in status.stdout, status.stdout
+    report = subprocess.run([sys.executable, "-m", "egpo.report", str(out)], capture_output=True, text=True,
+                            timeout=600)
+    assert report.returncode == 0 and (out / "report.md").exists(), report.stdout[-2000:] + report.stderr[-2000:]

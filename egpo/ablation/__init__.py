@@ -28,7 +28,8 @@ missing data file or an unusable logger stops the ablation before any run starts
 
 Layout: :mod:`~egpo.ablation.arms` (what each arm overrides), :mod:`~egpo.ablation.attempt` (one attempt of one
 run, also a Ray job's entrypoint), :mod:`~egpo.ablation.local` and :mod:`~egpo.ablation.cluster` (where the runs
-run), :mod:`~egpo.ablation.status` (``--status``), :mod:`~egpo.ablation.cli` (the command).
+run), :mod:`~egpo.ablation.status` (``--status``), :mod:`~egpo.ablation.rehearsal` (``--rehearse``: every arm of the
+recipe's own configuration on this CPU first), :mod:`~egpo.ablation.cli` (the command).
 
 Arms (egpo_lambda and the rest come from the config and your overrides):
 

@@ -106,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
                             help="samples per prompt (default: the recipe's actor_rollout_ref.rollout.n)")
     generation.add_argument("--generate-rows", type=int, default=None,
                             help="the validation set's first rows only (default: all)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="every arm of the recipe's own configuration on this CPU, changed only where a CPU cannot "
+                             "hold it (as python -m egpo.rehearse), through its first save and validation "
+                             "(egpo.ablation.rehearsal)")
     cluster = parser.add_argument_group("on a Ray cluster")
     cluster.add_argument("--ray-address", default=None,
                          help="the cluster's dashboard (http://HEAD:8265): every run is a Ray job")
@@ -134,6 +138,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.ray_address is None and (args.max_parallel or args.runtime_env_json):
         raise SystemExit("--max-parallel and --runtime-env-json are for jobs on a Ray cluster: add "
                          "--ray-address http://HEAD:8265")
+    if args.rehearse and args.ray_address:
+        raise SystemExit("--rehearse runs every arm on this machine's CPU: leave out --ray-address (and rerun without "
+                         "--rehearse, with --ray-address, for the ablation itself)")
     if args.generate and args.ray_address:
         raise SystemExit("--generate runs on this machine after the runs: rerun the same command without --ray-address "
                          "and with --generate on a machine with the recipe's GPUs (finished runs are not rerun)")
@@ -173,6 +180,11 @@ def main(argv: list[str] | None = None) -> None:
         config = compose(args.config_path, args.config_name, list(args.overrides))
     except EgpoError as err:
         raise SystemExit(f"[ablation] nothing was started: {err}") from None
+    if args.rehearse:
+        from egpo.ablation.rehearsal import rehearse
+
+        rehearse(args, config, default_save_every)
+        config = compose(args.config_path, args.config_name, list(args.overrides))  # the rehearsal's, for its figures
     demo = None
     if config.get("egpo_demo", None) is not None:
         from egpo.demo.build import build

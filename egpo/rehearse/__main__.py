@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: the recipes and the committed warm demo
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         recipe = compose(args.config_path, args.config_name, list(args.overrides))
     except EgpoError as err:
         raise refuse(str(err)) from None
-    changes = plan(recipe, ROOT)
+    changes = plan(recipe)
     experiment = f"{recipe.trainer.experiment_name}_rehearsal"
     overrides = [*args.overrides, *(c.override() for c in changes), f"trainer.experiment_name={experiment}"]
     print(f"[rehearse] {args.config_name} on this CPU: {len(changes)} change(s), everything else the recipe's", flush=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the recipes and the committed warm demo
 DEMO = ".egpo_demo_warm"  # the committed warm demo (model, tokenizer with <think>, data)
 PROMPT_TOKENS = 48  # the demo's longest chat-templated prompt is 33 tokens
 BATCH = 4  # prompts a step: the demo's train set is 64
@@ -74,7 +75,10 @@ def schedule(config: DictConfig) -> tuple[int, int, int]:
     return min(steps, STEP_CAP), (test // divisor if test > 0 else test), (save // divisor if save > 0 else save)
 
 
-def plan(config: DictConfig, root: Path) -> list[Change]:
+SCHEDULE_KEYS = ("trainer.total_training_steps", "trainer.test_freq", "trainer.save_freq")
+
+
+def plan(config: DictConfig, root: Path = CHECKOUT) -> list[Change]:
     """The changes that make ``config`` (a recipe, composed with the user's overrides) run on this CPU."""
     demo = (root / DEMO).resolve()
     prompt = int(_get(config, "data.max_prompt_length"))

@@ -1,0 +1,49 @@
+"""``python -m egpo.ablation --rehearse``: the ablation of a recipe rehearsed on this CPU before its GPU hours. Every
+arm runs with the recipe's own configuration, changed only where a CPU cannot hold it (:mod:`egpo.rehearse.plan`:
+the same changes, each printed, as ``python -m egpo.rehearse``), through the ablation's own machinery (its preflight
+of every arm, its runs, checkpoints, stall watch, resume, ``--status`` and report). The ablation's schedule
+(``--steps``, ``--save-every``, the recipe's ``test_freq``) is divided by its greatest common divisor and each run
+ends once it has saved and validated (its last step does both); the stall watch's allowance scales with the token
+counts."""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+STALL_FLOOR_S = 120  # the stall allowance a rehearsal's run gets at the least (a CPU step, its model's load)
+
+
+def rehearsal_schedule(steps: int, save_every: int, test_freq: int) -> tuple[int, int, int]:
+    """(steps, save_every, test_freq) divided by their greatest common divisor, the steps cut to the first step by
+    which the run has saved and validated (a frequency <= 0: off, kept)."""
+    divisor = reduce(math.gcd, [n for n in (steps, save_every, test_freq) if n > 0], 0) or 1
+    steps, save, test = steps // divisor, save_every // divisor, (test_freq // divisor if test_freq > 0 else test_freq)
+    through = max([save, *([test] if test > 0 else [])])
+    return min(steps, through), save, test
+
+
+def rehearse(args, config, default_save_every) -> None:
+    """Turn ``args`` (the parsed command, ``config`` its composed recipe) into the rehearsal's: the plan's overrides
+    after the user's, the schedule divided and cut, the stall allowance scaled. Each change is printed."""
+    from egpo.ablation.attempt import default_stall_timeout
+    from egpo.rehearse.plan import SCHEDULE_KEYS, plan
+
+    changes = [c for c in plan(config) if c.key not in SCHEDULE_KEYS]  # the ablation's schedule, below
+    save_every = args.save_every or default_save_every(args.steps)
+    test_freq = int(config.trainer.get("test_freq", -1) or -1)
+    steps, save, test = rehearsal_schedule(args.steps, save_every, test_freq)
+    prompt = int(config.data.max_prompt_length)
+    factor = next((c.rehearsal / c.recipe for c in changes if c.key == "data.max_prompt_length"), 1.0)
+    stall = args.stall_timeout if args.stall_timeout is not None else \
+        max(STALL_FLOOR_S, int(default_stall_timeout(config) * factor))
+    print(f"[ablation] rehearsal of {args.config_name} on this CPU: {len(changes)} change(s) to every arm, "
+          "everything else the recipe's", flush=True)
+    for change in changes:
+        print(f"[ablation] {change.line().strip()}", flush=True)
+    print(f"[ablation] schedule: --steps {args.steps} -> {steps}, --save-every {save_every} -> {save}, "
+          f"trainer.test_freq {test_freq} -> {test} (over their greatest common divisor, through the first save and "
+          f"validation); the stall allowance {stall} s (the recipe's x {factor:.4g}, as the prompt's {prompt} tokens, "
+          f"at least {STALL_FLOOR_S} s)", flush=True)
+    args.overrides = [*args.overrides, *(c.override() for c in changes), f"trainer.test_freq={test}"]
+    args.steps, args.save_every, args.stall_timeout = steps, save, stall
