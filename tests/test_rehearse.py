@@ -55,6 +55,18 @@ def test_a_rehearsal_keeps_the_recipes_ratios_engine_and_choices(name, tmp_path)
     assert all(c.recipe != c.rehearsal and c.why for c in changes)
 
 
+def test_a_rollout_replica_spans_the_rehearsals_two_ranks_as_the_recipes_spans_gpus():
+    for name, tp in (("qwen3_1.7b", 1), ("qwen3_4b", 2), ("qwen3_8b", 2)):
+        config = recipe(name)
+        small = rehearsed(config, plan(config, RECIPES.parent))
+        assert small.trainer.n_gpus_per_node == 2
+        assert config.actor_rollout_ref.rollout.tensor_model_parallel_size == tp
+        assert small.actor_rollout_ref.rollout.tensor_model_parallel_size == tp  # kept: it divides two ranks
+    wide = recipe("qwen3_8b", "actor_rollout_ref.rollout.tensor_model_parallel_size=4")
+    change = next(c for c in plan(wide, RECIPES.parent) if c.key.endswith("tensor_model_parallel_size"))
+    assert (change.recipe, change.rehearsal) == (4, 2)
+
+
 def test_the_schedule_keeps_its_events_in_order_with_the_same_coincidences():
     config = recipe("qwen3_4b")  # 200 steps, validation every 20, a save every 50
     steps, test, save = schedule(config)
@@ -164,6 +176,9 @@ def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_pat
     assert disk and disk.group(1) == disk.group(2) == "4" and 0.9 <= float(disk.group(3)) <= 1.3, proc.stdout[-2000:]
     where = tmp_path / "checkpoints" / "egpo" / "qwen3_1.7b_egpo_rehearsal"
     assert (where / "metrics.jsonl").exists() and (where / "global_step_20").is_dir()
+    # two CPU ranks: the actor's checkpoint is sharded over both, as over a node's GPUs
+    assert {p.name for p in (where / "global_step_20" / "actor").glob("model_world_size_*")} == \
+        {"model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"}
 
 
 @pytest.mark.parametrize("schedule, rehearsed_schedule", [
@@ -189,13 +204,13 @@ def test_the_ablation_rehearsal_runs_here_only(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
 def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(tmp_path):
-    """Two arms of qwen3_1.7b's ablation on this CPU, each with the recipe's own configuration changed as egpo.rehearse
-    changes it: the schedule (4 steps, a save every 2, the recipe's validation every 20) over its divisor 2, so each
-    run validates before training, trains 2 steps, saves at 1 and 2 and validates at 2; then --status and the
-    report read the rehearsal's folder as any ablation's."""
+    """An arm of qwen3_1.7b's ablation on this CPU (every arm runs the same way, with its own overrides), with the
+    recipe's own configuration changed as egpo.rehearse changes it: the schedule (4 steps, a save every 2, the recipe's
+    validation every 20) over its divisor 2, so the run validates before training, trains 2 steps, saves at 1 and 2
+    and validates at 2; then --status and the report read the rehearsal's folder as any ablation's."""
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "egpo.ablation", "--rehearse", f"--config-path={RECIPES}",
-                           "--config-name=qwen3_1.7b", "--arms", "grpo", "egpo_rollout", "--seeds", "0", "--steps", "4",
+                           "--config-name=qwen3_1.7b", "--arms", "egpo_rollout", "--seeds", "0", "--steps", "4",
                            "--save-every", "2", "--out", str(out), "actor_rollout_ref.rollout.name=hf"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1500,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -206,7 +221,7 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
             "common divisor, through the first save and validation)") in proc.stdout
     from egpo.run_state import checkpoint_steps, logged_steps
 
-    for arm in ("grpo", "egpo_rollout"):
+    for arm in ("egpo_rollout",):
         work = out / f"{arm}__seed0"
         steps = {s["step"]: s["data"] for s in logged_steps(work)}
         assert sorted(steps) == [0, 1, 2]
@@ -214,7 +229,7 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
         assert checkpoint_steps(work) == [1, 2]
     status = subprocess.run([sys.executable, "-m", "egpo.ablation", "--status", str(out)], capture_output=True,
                             text=True, timeout=300)
-    assert "2 done of 2 run(s)" in status.stdout, status.stdout
+    assert "1 done of 1 run(s)" in status.stdout, status.stdout
     report = subprocess.run([sys.executable, "-m", "egpo.report", str(out)], capture_output=True, text=True,
                             timeout=600)
     assert report.returncode == 0 and (out / "report.md").exists(), report.stdout[-2000:] + report.stderr[-2000:]

@@ -1,8 +1,10 @@
 """What a rehearsal changes in a recipe: only what a CPU cannot hold, each change a Hydra override with the recipe's
 value, the rehearsal's and why, and the ratios the preflight's checks read kept.
 
-* **Hardware.** ``trainer.device=cpu`` on CPU ranks (verl's CPU backend over gloo), each GPU a logical one; fp32
-  (a CPU's matmuls), eager attention (flash-attn needs a GPU), ray.init's counts for the ranks.
+* **Hardware.** ``trainer.device=cpu`` on two CPU ranks (verl's CPU backend over gloo), each a logical GPU: FSDP2
+  shards the actor across them and gathers it for the rollout, its checkpoints are sharded as on a node, and a
+  rollout replica of tensor parallelism 2 spans both (a wider one: as wide as the ranks allow); fp32 (a CPU's
+  matmuls), eager attention (flash-attn needs a GPU), ray.init's counts for the ranks.
 * **The model.** The warm demo model (a Qwen3 of a few layers, its tokenizer with ``<think>`` markers, a chat
   template and an EOS) in place of the recipe's hub model.
 * **Lengths.** The prompt length becomes what the demo's prompts need, and every other token count scales by the same
@@ -32,7 +34,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the recipes and the committed 
 DEMO = ".egpo_demo_warm"  # the committed warm demo (model, tokenizer with <think>, data)
 PROMPT_TOKENS = 48  # the demo's longest chat-templated prompt is 33 tokens
 BATCH = 4  # prompts a step: the demo's train set is 64
-RANKS = 1  # CPU ranks (logical GPUs) of the rehearsal
+RANKS = 2  # CPU ranks (logical GPUs) of the rehearsal
 STEP_CAP = 40  # a schedule divided by its divisor keeps at most this many steps (else: this many, and said)
 
 
@@ -86,7 +88,7 @@ def plan(config: DictConfig, root: Path = CHECKOUT) -> list[Change]:
     changes = [
         Change("trainer.device", _get(config, "trainer.device") or "cuda", "cpu", "no GPU here: verl's CPU backend"),
         Change("trainer.n_gpus_per_node", _get(config, "trainer.n_gpus_per_node"), RANKS, "CPU ranks, one logical "
-               "GPU each"),
+               "GPU each: the actor sharded, its checkpoints too"),
         Change("trainer.nnodes", _get(config, "trainer.nnodes"), 1, "this machine"),
         Change("ray_kwargs.ray_init.num_gpus", _get(config, "ray_kwargs.ray_init.num_gpus"), RANKS,
                "verl counts 'GPU' resources before placing workers"),
@@ -121,6 +123,10 @@ def plan(config: DictConfig, root: Path = CHECKOUT) -> list[Change]:
         Change("actor_rollout_ref.rollout.agent.num_workers", _get(config, "actor_rollout_ref.rollout.agent.num_workers"),
                1, "two cores"),
     ]
+    tp = int(_get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size") or 1)
+    if math.gcd(tp, RANKS) != tp:  # a replica spans ranks of the rehearsal's, as the recipe's spans GPUs of a node
+        changes.append(Change("actor_rollout_ref.rollout.tensor_model_parallel_size", tp, math.gcd(tp, RANKS),
+                              f"a rollout replica within the rehearsal's {RANKS} rank(s)"))
     if _get(config, "actor_rollout_ref.rollout.name") == "sglang":
         from egpo.preflight.cpu_backend import SGLANG_CPU_ENGINE
 
