@@ -2,6 +2,7 @@
 schedule's coincidences (by hand arithmetic on the qwen3 recipes); run whole, every event of the schedule holds, read
 from the run's own files."""
 
+import json
 import os
 import re
 import subprocess
@@ -233,6 +234,8 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
         assert sorted(steps) == [0, 1, 2]
         assert [s for s in steps if any(k.startswith("val-") for k in steps[s])] == [0, 2]
         assert checkpoint_steps(work) == [1, 2]
+        # the stall watch's allowance scaled as the tokens are: the recipe's 3,600 s (8,192-token responses) x 48/1024
+        assert json.loads((work / "run.json").read_text())["stall_timeout"] == 168
     status = subprocess.run([sys.executable, "-m", "egpo.ablation", "--status", str(out)], capture_output=True,
                             text=True, timeout=300)
     assert "1 done of 1 run(s)" in status.stdout, status.stdout
