@@ -37,11 +37,14 @@ import torch
 
 SHAPES = {  # config.json of the recipes' models (egpo.preflight.scale.KNOWN_SHAPES), and a tiny one for a CPU
     "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                       max_position_embeddings=40960),
     "qwen3-4b": dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                     max_position_embeddings=40960),
     "qwen3-8b": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+                     max_position_embeddings=40960),
     "tiny": dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True),
 }
@@ -62,7 +65,9 @@ def chunked_entropy(logits: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
 def build(shape: dict, device: str):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(**shape, max_position_embeddings=65536, attn_implementation="sdpa", torch_dtype="bfloat16")
+    # positions past the recipes' 40,960: a token budget here may exceed one sequence
+    config = Qwen3Config(**{**shape, "max_position_embeddings": 65536}, attn_implementation="sdpa",
+                         torch_dtype="bfloat16")
     with torch.device(device):
         model = Qwen3ForCausalLM(config).to(torch.bfloat16)
     model.gradient_checkpointing_enable()

@@ -169,7 +169,7 @@ def build_model(shape: dict, out: Path, device: str) -> Path:
 
     tokenizer = build_tokenizer()
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    config = Qwen3Config(**shape, max_position_embeddings=40960, bos_token_id=None,
+    config = Qwen3Config(**{"max_position_embeddings": 40960, **shape}, bos_token_id=None,  # the Qwen3s' own
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          torch_dtype=str(dtype).removeprefix("torch."), attn_implementation="sdpa")
     torch.manual_seed(0)
