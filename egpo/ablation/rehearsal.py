@@ -27,14 +27,14 @@ def rehearse(args, config, default_save_every) -> None:
     """Turn ``args`` (the parsed command, ``config`` its composed recipe) into the rehearsal's: the plan's overrides
     after the user's, the schedule divided and cut, the stall allowance scaled. Each change is printed."""
     from egpo.ablation.attempt import default_stall_timeout
-    from egpo.rehearse.plan import SCHEDULE_KEYS, plan
+    from egpo.rehearse.plan import SCHEDULE_KEYS, plan, token_factor
 
     changes = [c for c in plan(config) if c.key not in SCHEDULE_KEYS]  # the ablation's schedule, below
     save_every = args.save_every or default_save_every(args.steps)
     test_freq = int(config.trainer.get("test_freq", -1) or -1)
     steps, save, test = rehearsal_schedule(args.steps, save_every, test_freq)
     prompt = int(config.data.max_prompt_length)
-    factor = next((c.rehearsal / c.recipe for c in changes if c.key == "data.max_prompt_length"), 1.0)
+    factor = token_factor(config)
     stall = args.stall_timeout if args.stall_timeout is not None else \
         max(STALL_FLOOR_S, int(default_stall_timeout(config) * factor))
     print(f"[ablation] rehearsal of {args.config_name} on this CPU: {len(changes)} change(s) to every arm, "

@@ -34,8 +34,10 @@ def verl_validate_findings(config) -> list[Finding]:
 
 
 def token_budget_findings(config) -> list[Finding]:
-    data, ref = config.data, config.actor_rollout_ref
-    length = int(data.max_prompt_length) + int(data.max_response_length)
+    from egpo.preflight.scale import sequence_length
+
+    ref = config.actor_rollout_ref
+    length = sequence_length(config)
     budgets = []
     if ref.actor.get("use_dynamic_bsz", False):
         budgets.append(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", ref.actor.get("ppo_max_token_len_per_gpu")))
@@ -63,7 +65,7 @@ def parallel_findings(config) -> list[Finding]:
 def engine_context(config) -> tuple[int, str]:
     """The context verl gives a vLLM engine (rollout.max_model_len, else the model's max_position_embeddings) and
     where it comes from; a model whose config this machine cannot read: the run's own sequence, a lower bound."""
-    from egpo.preflight.scale import model_shape
+    from egpo.preflight.scale import model_shape, sequence_length
 
     rollout = config.actor_rollout_ref.rollout
     if rollout.get("max_model_len"):
@@ -71,8 +73,7 @@ def engine_context(config) -> tuple[int, str]:
     shape = model_shape(config)
     if shape is not None and shape.max_positions:
         return shape.max_positions, "the model's max_position_embeddings, verl's max_model_len when it is unset"
-    return (int(config.data.max_prompt_length) + int(config.data.max_response_length),
-            "data.max_prompt_length + data.max_response_length, at least")
+    return sequence_length(config), "data.max_prompt_length + data.max_response_length, at least"
 
 
 def prefill_budget_findings(config) -> list[Finding]:
@@ -81,6 +82,7 @@ def prefill_budget_findings(config) -> list[Finding]:
     passes the pair through); verl 0.9.1 raises the budget to ``max_model_len`` first, so a step's batch then holds
     that many tokens, not the number set."""
     from egpo.compat.versions import verl_stack
+    from egpo.preflight.scale import sequence_length
 
     rollout = config.actor_rollout_ref.rollout
     if rollout.get("name") != "vllm" or rollout.get("enable_chunked_prefill", True):
@@ -90,7 +92,7 @@ def prefill_budget_findings(config) -> list[Finding]:
     if budget >= context:
         return []
     # what the run needs of the engine: its own sequence, within the model's context
-    sequence = min(int(config.data.max_prompt_length) + int(config.data.max_response_length), context)
+    sequence = min(sequence_length(config), context)
     said = (f"actor_rollout_ref.rollout.max_num_batched_tokens={budget} is under the engine's context of {context} "
             f"({whence}) with actor_rollout_ref.rollout.enable_chunked_prefill=false")
     bound = (f"actor_rollout_ref.rollout.max_model_len={sequence}", f"actor_rollout_ref.rollout.max_num_batched_tokens="

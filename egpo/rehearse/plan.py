@@ -77,6 +77,11 @@ def schedule(config: DictConfig) -> tuple[int, int, int]:
     return min(steps, STEP_CAP), (test // divisor if test > 0 else test), (save // divisor if save > 0 else save)
 
 
+def token_factor(config: DictConfig) -> float:
+    """What every token count of ``config`` is multiplied by: the demo's prompts over the recipe's prompt length."""
+    return min(1.0, PROMPT_TOKENS / int(_get(config, "data.max_prompt_length")))
+
+
 SCHEDULE_KEYS = ("trainer.total_training_steps", "trainer.test_freq", "trainer.save_freq")
 
 
@@ -84,7 +89,7 @@ def plan(config: DictConfig, root: Path = CHECKOUT) -> list[Change]:
     """The changes that make ``config`` (a recipe, composed with the user's overrides) run on this CPU."""
     demo = (root / DEMO).resolve()
     prompt = int(_get(config, "data.max_prompt_length"))
-    factor = min(1.0, PROMPT_TOKENS / prompt)
+    factor = token_factor(config)
     changes = [
         Change("trainer.device", _get(config, "trainer.device") or "cuda", "cpu", "no GPU here: verl's CPU backend"),
         Change("trainer.n_gpus_per_node", _get(config, "trainer.n_gpus_per_node"), RANKS, "CPU ranks, one logical "
