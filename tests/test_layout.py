@@ -37,7 +37,7 @@ def test_dependency_direction(folder, forbidden):
 
 # lowest first; a room imports only rooms on floors below its own
 FLOORS = (
-    ("errors", "keys", "engines", "recipe_names", "significance", "run_state", "typos"),  # the names everything shares
+    ("errors", "keys", "engines", "recipe_names", "significance", "run_state", "typos", "process_tree"),  # shared
     ("patching", "advantage", "folders", "runner_console"),
     ("settings",),
     ("compat",),  # verl's table

@@ -177,11 +177,11 @@ def test_a_run_killed_in_a_save_steps_validation_keeps_the_save_and_every_step(t
     step 2's save: the same command again resumes from that save (nothing trained twice), validates at step 2 first,
     and the run logs steps 1 to 4 each once, step 2 with its training metrics and its validation."""
     import os
-    import signal
     import subprocess
     import time
 
     from egpo.demo.smoke_run import run_metrics, smoke_command
+    from egpo.process_tree import kill_tree
     from egpo.run_state import ATTEMPT_METRICS, VALIDATION_OWED, read_steps
 
     overrides = ("trainer.total_training_steps=4", "trainer.save_freq=2", *COMMON[1:], *VALIDATION)
@@ -193,11 +193,11 @@ def test_a_run_killed_in_a_save_steps_validation_keeps_the_save_and_every_step(t
         while not any(line["step"] == 2 for line in read_steps(checkpoints / ATTEMPT_METRICS)):
             assert proc.poll() is None and time.time() < end, "the run ended before step 2 was logged"
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)  # step 2 is saved and logged; its validation has just begun
+        kill_tree(proc.pid)  # step 2 is saved and logged; its validation has just begun (Ray's workers too)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
     assert (checkpoints / "global_step_2" / VALIDATION_OWED).exists(), "the kill did not land in the validation"
     again = run_smoke(tmp_path, demo, *overrides)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-6000:]

@@ -17,7 +17,6 @@ whatever the count). Then:
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 import torch
 
 from conftest import VERL
+from egpo.process_tree import kill_tree
 from generate_runs import float64_recompute, hf_model, max_abs_diff, rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,11 +195,11 @@ def test_a_killed_generation_finishes_to_the_uninterrupted_rows(readme_chain, ch
         while not (cut / "samples" / "part-00000.parquet").exists():
             assert proc.poll() is None and time.time() < end, "the run ended before its first part"
             time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGKILL)  # the run and every process it started, mid-way
+        kill_tree(proc.pid)  # the run and every process it started, mid-way (Ray's workers too)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
     written = sorted(p.name for p in (cut / "samples").glob("part-*.parquet"))
     assert not (cut / "done.json").exists() and written == ["part-00000.parquet"], written
     finished = bash(checkout, command)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
+from egpo.process_tree import kill_tree
 from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, FAILED, LOG, RUN, TRAINING_STEP_KEY, begin_attempt,
                              end_attempt, installed_versions, logged_steps, record_attempt, run_nodes, validation_owed)
 
@@ -272,7 +273,7 @@ def _echo(proc: subprocess.Popen, log) -> threading.Thread:
 def _stop(proc: subprocess.Popen, own_session: bool) -> None:
     try:
         if own_session:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)  # the driver's group and Ray's workers below it, each in a group of its own
         else:  # the job's session already had Ray's SIGTERM; what is left of the training ends now
             proc.send_signal(signal.SIGTERM)
             try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -129,13 +128,14 @@ def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> i
     """The run, killed as a node loss kills it (every process at once) as soon as step ``step`` is logged: its save
     is written, its validation begun (egpo's trainer validates a save step after logging it). None once killed; else
     the exit status of a run that ended first."""
+    from egpo.process_tree import kill_tree
     from egpo.run_state import ATTEMPT_METRICS, TRAINING_STEP_KEY, read_steps
 
     proc = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         while proc.poll() is None:
             if any(line["step"] == step and TRAINING_STEP_KEY in line["data"] for line in read_steps(where / ATTEMPT_METRICS)):
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait(timeout=120)
                 print(f"[rehearse] killed every process of the run during step {step}'s validation, right after its "
                       "save (as a node loss); the same command again:", flush=True)
@@ -143,7 +143,7 @@ def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> i
             time.sleep(0.05)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
     return proc.returncode
 
 
