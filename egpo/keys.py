@@ -6,6 +6,10 @@ ROLLOUT_ENTROPY = "rollout_entropy"
 ACTOR_ENTROPY = "egpo_actor_entropy"
 # meta_info entry that carries egpo's step metrics from where they are measured to the step's metrics.
 STEP_METRICS = "egpo_step_metrics"
+# Step metrics: the bytes of verl's step batch's tensors at the advantage, at their fullest (egpo's keys still in it),
+# and of egpo's own keys among them: the preflight's figures for the driver checked against a run (egpo.rehearse).
+STEP_BATCH_BYTES = "egpo/step_batch_bytes"
+EGPO_BATCH_BYTES = "egpo/egpo_batch_bytes"
 
 # The response mask narrowed to the tokens the actor update trains on (algorithm.egpo_token_selection=top_entropy),
 # (bs, response_length), set with the advantage and swapped in for response_mask during the actor update only.

@@ -108,6 +108,14 @@ class EgpoSettings:
         if not self.enabled:
             return "not egpo"
         algo = self.algo
+        if algo.egpo_method == "gtpo":
+            return (f"egpo_method=gtpo: GTPO's token rewards (Tan et al., Eqs. 3, 5; gtpo_alpha1={algo.gtpo_alpha1} "
+                    f"gtpo_alpha2={algo.gtpo_alpha2}), gtpo_norm={algo.gtpo_norm}, every response token's entropy "
+                    f"from the {SOURCE_WORDS[algo.entropy_source]}")
+        if algo.egpo_method == "grpo_s":
+            return (f"egpo_method=grpo_s: GRPO-S's response rewards (Tan et al., Eqs. 8, 9; grpo_s_beta1="
+                    f"{algo.grpo_s_beta1} grpo_s_beta2={algo.grpo_s_beta2}), each response's mean entropy from the "
+                    f"{SOURCE_WORDS[algo.entropy_source]}")
         form = "per-token bonus (Cheng et al.)" if algo.egpo_granularity == "token" else "per-response bonus"
         where = "the thinking span" if algo.egpo_span == "cot" else "every response token"
         scope = "each response's" if self.selects_per_response else "the batch's"

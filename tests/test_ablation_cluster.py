@@ -31,19 +31,8 @@ pytestmark = [pytest.mark.e2e]
 
 
 def runs_on(node) -> list:
-    """The runs whose workers a node holds: egpo.ablation gives each run's workers the run's attempt-metrics path
-    (``VERL_FILE_LOGGER_PATH`` in the run's Ray runtime environment)."""
-    import psutil
-
-    runs = set()
-    for proc in node.processes():
-        try:
-            path = proc.environ().get("VERL_FILE_LOGGER_PATH")
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if path:
-            runs.add(Path(path).parent)
-    return sorted(runs)
+    """The runs whose workers a node holds (their attempt-metrics path in their environment)."""
+    return sorted(node.run_processes())
 
 
 @pytest.fixture(scope="module")

@@ -565,7 +565,8 @@ def test_the_first_training_step_after_a_long_validation_is_not_taken_for_a_stal
     log_line(metrics, 1, training=True)
     assert watch.check() is None and watch.steps == 1
     clock.now += 1801  # the second step hangs: stalled after max(1800, 5 x 0) s
-    assert watch.check().startswith("stalled: nothing logged for 1801 s")
+    assert watch.check().startswith("stalled: nothing logged for 1801 s (allowed 1800 s; one training step so far, "
+                                    "none timed yet)")
     # before the first training step: twice the validation's time where it is longer than the stall timeout
     clock.now = 0.0
     watch = attempt.Watch(tmp_path / "other.jsonl", None, 600)

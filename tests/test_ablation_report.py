@@ -136,7 +136,10 @@ def test_every_arm_composes_to_the_variant_its_name_says():
     for arm, cfg in composed.items():
         settings = EgpoSettings.from_algorithm(cfg.algorithm)
         assert settings.enabled
-        assert (settings.algo.egpo_lambda == 0) == arm.startswith("grpo"), arm
+        shaping = {"grpo_gtpo": "gtpo", "grpo_s": "grpo_s"}.get(arm.removesuffix("_vllm"), "egpo")
+        assert settings.algo.egpo_method == shaping, arm
+        if shaping == "egpo":  # GTPO's and GRPO-S's arms read no EGPO bonus
+            assert (settings.algo.egpo_lambda == 0) == arm.startswith("grpo"), arm
         assert settings.algo.egpo_granularity == ("token" if "_token" in arm else "response"), arm
         assert settings.algo.egpo_span == ("response" if "respspan" in arm else "cot"), arm
         assert settings.algo.entropy_source == next((s for s in ("rollout", "surprisal") if s in arm), "actor"), arm
@@ -148,7 +151,9 @@ def test_every_arm_composes_to_the_variant_its_name_says():
         assert settings.selects_tokens == (method == "8020"), arm
         assert settings.algo.egpo_token_reweighting == ("stare" if method == "stare" else "none"), arm
         assert settings.algo.egpo_top_entropy_quantile == 0.2
-        assert actor.policy_loss.loss_mode == {"klcov": "kl_cov", "clipcov": "clip_cov"}.get(method, "vanilla"), arm
+        assert actor.policy_loss.loss_mode == {"klcov": "kl_cov", "clipcov": "clip_cov"}.get(
+            method, "grpo_s" if shaping == "grpo_s" else "vanilla"), arm
+        assert actor.loss_agg_mode == ("seq-mean-token-mean" if shaping == "grpo_s" else "token-mean"), arm
         assert actor.clip_ratio_high == {"cliphigher": 0.28, "clipcov": 1}.get(method, 0.2), arm
         assert actor.entropy_coeff == (0.001 if method == "entbonus" else 0), arm
     assert all(arm in ARMS for arms in ARM_SETS.values() for arm in arms)

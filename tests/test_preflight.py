@@ -387,3 +387,43 @@ def test_vllms_prefill_budget_under_its_context_without_chunked_prefill(demo, wo
         _, lines = qwen3(workdir, demo, monkeypatch, *chunked_off, f"actor_rollout_ref.rollout.max_num_batched_tokens="
                          f"{budget}", *fixed)
         assert "max_num_batched_tokens" not in findings_text(lines), fixed
+
+
+def _loss_config(*overrides):
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name="qwen3_4b", overrides=list(overrides))
+
+
+def test_grpo_s_without_its_loss_or_with_another_aggregation_is_warned_with_the_fix():
+    from egpo.preflight.policy_loss import check_policy_loss
+
+    found = check_policy_loss(_loss_config("algorithm.egpo_method=grpo_s"))
+    assert [f.level for f in found] == ["warning"]
+    assert ("actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s "
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean") in found[0].text
+    found = check_policy_loss(_loss_config("algorithm.egpo_method=grpo_s",
+                                           "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s"))
+    assert "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean (now 'token-mean')" in found[0].text
+    assert not [f for f in found if f.level != "fact" and "averages over responses" not in f.text]
+    assert check_policy_loss(_loss_config()) == []  # verl's own loss, EGPO: nothing to say
+
+
+def test_the_grpo_s_loss_reaches_the_workers_on_each_stack():
+    """verl 0.9.1 imports egpo's verl.plugins entry point in every process: nothing is set. verl 0.7.1 has no plugin
+    group: Ray's worker setup hook is set, and a run's own hook is refused (Ray runs one)."""
+    from egpo.preflight.policy_loss import HOOK, HOOK_KEY, check_policy_loss
+
+    loss = ("actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "algorithm.egpo_method=grpo_s")
+    config = _loss_config(*loss)
+    found = check_policy_loss(config)
+    if VERL == "0.9.1":
+        assert found == [] and OmegaConf.select(config, HOOK_KEY, default=None) is None
+        from importlib.metadata import entry_points
+
+        assert "egpo.advantage.loss_plugin" in {ep.value for ep in entry_points(group="verl.plugins")}
+        return
+    assert OmegaConf.select(config, HOOK_KEY) == HOOK and [f.level for f in found] == ["fact"]
+    found = check_policy_loss(_loss_config(*loss, f"++{HOOK_KEY}=mypkg.setup"))
+    assert [f.level for f in found] == ["error"] and "call egpo.advantage.loss_plugin.setup() at the start" in \
+        found[0].text

@@ -153,19 +153,16 @@ def test_the_disk_peak_is_the_most_the_checkpoints_held_at_once(tmp_path):
     assert (watched.folders, watched.size) == (2, 1300)
 
 
-@pytest.mark.e2e
-@pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
-def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_path):
-    """qwen3_1.7b's own configuration through the real trainer on this CPU: its step-0 validation, 20 training steps,
+def rehearse_whole(tmp_path, *overrides):
+    """qwen3_1.7b's own configuration through the real trainer on this CPU (tests/test_rehearse_sglang.py runs it
+    with the recipe's own engine, sglang's CPU engine, in the sglang lane): its step-0 validation, 20 training steps,
     the saves at 5, 10, 15 and 20, the validations at every second step (two of them on save steps), each held and
     read from the run's own files; killed whole during step 10's validation right after its save, the same command
     resumes from that save and validates there first; the finished run's command again trains nothing; the
-    preflight's checkpoint size beside the one written, and the checkpoints' peak on disk beside its figure. The
-    rollout is egpo's HF server here (README's environment has no sglang; the recipe's sglang needs the sglang lane's
-    environment)."""
+    preflight's checkpoint size beside the one written, and the checkpoints' peak on disk beside its figure."""
     proc = subprocess.run([sys.executable, "-m", "egpo.rehearse", f"--config-path={RECIPES}", "--config-name=qwen3_1.7b",
-                           "actor_rollout_ref.rollout.name=hf"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=1500, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                           *overrides], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=1800, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     events = [line for line in proc.stdout.splitlines() if re.match(r"\[rehearse\] [a-z ]+ step +\d+  ", line)]
     assert len(events) == 1 + 20 + 4 + 10 and all(re.search(r"step +\d+  held", line) for line in events), events
@@ -186,6 +183,7 @@ def test_the_smallest_qwen3_recipe_rehearses_whole_and_every_event_holds(tmp_pat
     # two CPU ranks: the actor's checkpoint is sharded over both, as over a node's GPUs
     assert {p.name for p in (where / "global_step_20" / "actor").glob("model_world_size_*")} == \
         {"model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"}
+    return proc
 
 
 @pytest.mark.parametrize("schedule, rehearsed_schedule", [
@@ -212,33 +210,47 @@ def test_the_ablation_rehearsal_runs_here_only(tmp_path):
 @pytest.mark.skipif(VERL == "0.7.1", reason="the rehearsal is egpo's, the same on both stacks: run whole on verl 0.9.1")
 def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(tmp_path):
     """An arm of qwen3_1.7b's ablation on this CPU (every arm runs the same way, with its own overrides), with the
-    recipe's own configuration changed as egpo.rehearse changes it: the schedule (4 steps, a save every 2, the recipe's
-    validation every 20) over its divisor 2, so the run validates before training, trains 2 steps, saves at 1 and 2
-    and validates at 2; then --status and the report read the rehearsal's folder as any ablation's."""
+    recipe's own configuration changed as egpo.rehearse changes it: the schedule (6 steps, a save every 2, the recipe's
+    validation every 20) over its divisor 2, so the run validates before training, trains 3 steps, saves at each and
+    validates at the last. As a Ray job on the rehearsal's own token-authenticated cluster of a head and two nodes: the
+    node the run trains on is lost after its first step (the job fails, the run resumes from its save on the node that
+    took its place), then the resumed attempt's workers freeze after its next step, and its stall watch, at the
+    recipe's allowance scaled, stops it and the run resumes and finishes, its frozen workers gone with their job; then
+    --status and the report read the rehearsal's folder as any ablation's."""
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "egpo.ablation", "--rehearse", f"--config-path={RECIPES}",
-                           "--config-name=qwen3_1.7b", "--arms", "egpo_rollout", "--seeds", "0", "--steps", "4",
+                           "--config-name=qwen3_1.7b", "--arms", "egpo_rollout", "--seeds", "0", "--steps", "6",
                            "--save-every", "2", "--out", str(out), "actor_rollout_ref.rollout.name=hf"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1500,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
     assert "[ablation] rehearsal of qwen3_1.7b on this CPU:" in proc.stdout
     assert "[ablation] actor_rollout_ref.model.path: 'Qwen/Qwen3-1.7B' -> " in proc.stdout
-    assert ("[ablation] schedule: --steps 4 -> 2, --save-every 2 -> 1, trainer.test_freq 20 -> 10 (over their greatest "
+    assert "ray_kwargs.ray_init" not in proc.stdout  # the runs join the rehearsal's cluster
+    assert ("[ablation] schedule: --steps 6 -> 3, --save-every 2 -> 1, trainer.test_freq 20 -> 10 (over their greatest "
             "common divisor, through the first save and validation)") in proc.stdout
+    assert "1 run(s) as Ray jobs on http://127.0.0.1:" in proc.stdout
+    assert "accepts jobs without a token" not in proc.stdout
+    lost = re.search(r"\[ablation\] rehearsal, a node lost mid-step: egpo_rollout__seed0 lost its node after step 1; "
+                     r"its job failed and the run was resubmitted \(attempts from steps \[0, 1, 2\]\), done\n",
+                     proc.stdout)
+    assert lost, proc.stdout[-6000:]
+    hung = re.search(r"\[ablation\] rehearsal, a hung step: egpo_rollout__seed0 frozen after step 2: its watch stopped "
+                     r"the attempt \(nothing logged for (\d+) s \(allowed 168 s; one training step so far, none timed "
+                     r"yet\)\); resumed \(attempts from steps \[0, 1, 2\]\), done; its (\d+) frozen process\(es\) ended "
+                     r"with their job\n", proc.stdout)
+    assert hung and int(hung.group(2)) >= 2, proc.stdout[-6000:]  # the run's two ranks at least
+    assert "NOT HELD" not in proc.stdout
+    assert f"1 done of 1 run(s)" in proc.stdout  # --status, printed by the rehearsal
+    assert f"[ablation] python -m egpo.report {out} --window 1: report: {out / 'report.md'}" in proc.stdout
     from egpo.run_state import checkpoint_steps, logged_steps
 
     for arm in ("egpo_rollout",):
         work = out / f"{arm}__seed0"
         steps = {s["step"]: s["data"] for s in logged_steps(work)}
-        assert sorted(steps) == [0, 1, 2]
-        assert [s for s in steps if any(k.startswith("val-") for k in steps[s])] == [0, 2]
-        assert checkpoint_steps(work) == [1, 2]
+        assert sorted(steps) == [0, 1, 2, 3]
+        assert [s for s in steps if any(k.startswith("val-") for k in steps[s])] == [0, 3]
+        assert checkpoint_steps(work) == [2, 3]
         # the stall watch's allowance scaled as the tokens are: the recipe's 3,600 s (8,192-token responses) x 48/1024
         assert json.loads((work / "run.json").read_text())["stall_timeout"] == 168
-    status = subprocess.run([sys.executable, "-m", "egpo.ablation", "--status", str(out)], capture_output=True,
-                            text=True, timeout=300)
-    assert "1 done of 1 run(s)" in status.stdout, status.stdout
-    report = subprocess.run([sys.executable, "-m", "egpo.report", str(out)], capture_output=True, text=True,
-                            timeout=600)
-    assert report.returncode == 0 and (out / "report.md").exists(), report.stdout[-2000:] + report.stderr[-2000:]
+    assert (out / "report.md").exists()

@@ -242,6 +242,7 @@ def status(field):
 B, L = 256, 16384
 entropy = torch.rand(B, L, generator=torch.Generator().manual_seed(0))
 actor, mask = entropy + 0.01, torch.ones(B, L)
+long_mask = torch.ones(B, L, dtype=torch.long)  # verl's response_mask, int64
 if sys.argv[1] == "stare":  # half the responses right, half wrong; below STARE's target entropy: the gate is on
     entropy, old_log_probs = entropy * 0.2, -torch.rand(B, L, generator=torch.Generator().manual_seed(1)) * 3
     advantages = torch.where(torch.arange(B)[:, None] % 2 == 0, 1.0, -1.0).expand(B, L).contiguous()
@@ -255,6 +256,15 @@ elif sys.argv[1] == "surprisal":  # the source itself: the negated rollout log p
     surprisal = log_probs.neg()
 elif sys.argv[1] == "surprisal_agreement":
     entropy_agreement(log_probs.neg(), actor, mask)
+elif sys.argv[1] in ("gtpo", "grpo_s"):  # half the responses correct, groups of 16, every token valid
+    import numpy as np
+    from egpo.advantage.gtpo import grpo_s_advantage, gtpo_advantage
+    rewards = torch.zeros(B, L)
+    rewards[::2, -1] = 1.0
+    index = np.array([f"g{i // 16}" for i in range(B)], dtype=object)
+    shape = gtpo_advantage if sys.argv[1] == "gtpo" else grpo_s_advantage
+    weights = dict(alpha1=1.0, alpha2=0.1, norm="per_sign") if sys.argv[1] == "gtpo" else dict(beta1=1.0, beta2=0.1)
+    shaped = shape(rewards, long_mask, index, entropy, solved_score=1.0, **weights)
 elif sys.argv[1] == "stare":
     found = stare_weights(advantages, old_log_probs, entropy, mask, variant="C2", top_ratio=0.1, w=1.1, m=0.9,
                           target_entropy=0.3)
@@ -271,12 +281,13 @@ PAGES = 0.01  # bytes a token: a few 4 KiB pages over 4M tokens
 
 @pytest.mark.parametrize("what, estimate", [("agreement", scale.AGREEMENT_BYTES), ("selection", scale.SELECTION_BYTES),
                                             ("stare", scale.STARE_BYTES), ("surprisal", scale.SURPRISAL_BYTES),
-                                            ("surprisal_agreement", scale.SURPRISAL_BYTES + scale.AGREEMENT_BYTES)])
+                                            ("surprisal_agreement", scale.SURPRISAL_BYTES + scale.AGREEMENT_BYTES),
+                                            ("gtpo", scale.GTPO_BYTES), ("grpo_s", scale.GRPO_S_BYTES)])
 def test_the_driver_figures_are_the_measured_peaks(what, estimate):
     """Each function's peak resident memory per response token, measured in a process of its own at 4M tokens, every
     one valid (the worst case), as Linux counts it (the peak reset just before the call): at most the preflight's
     figure (to a few pages: 4 B is one fp32 tensor, and Linux counts whole pages), and at least half of it (it varies by a few bytes a token from run to run: 33-41 B for the agreement,
-    measured over 16 runs; 41-55 B for STARE's weights, over 4)."""
+    measured over 16 runs; 41-55 B for STARE's weights, over 4; 62-94 B for GTPO, 32-42 B for GRPO-S, over 4)."""
     import subprocess
     import sys
 

@@ -347,3 +347,71 @@ def test_selection_without_its_mask_stops_the_update():
     with pytest.raises(advantage_step.MissingEntropyError, match="egpo_update_mask"):
         trainer._update_actor(make_batch(False))
     assert trainer.actor_rollout_wg.update_keys is None
+
+
+@pytest.mark.parametrize("selection", ["all", "top_entropy"])
+def test_the_step_batch_bytes_are_the_batch_at_its_fullest(selection):
+    """The figures egpo.rehearse holds the preflight's driver memory to, worked by hand: the batch's tensors at the
+    advantage (its int64 prompts, responses and mask, fp32 rewards, rollout entropy and log probs), the advantages and
+    returns egpo adds (fp32 each) and, with the 80/20 selection, its update mask (the response mask's dtype: int64,
+    as verl's); egpo's own keys: the entropy and the mask."""
+    from egpo.keys import EGPO_BATCH_BYTES, STEP_BATCH_BYTES
+
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout",
+                           f"algorithm.egpo_token_selection={selection}")
+    batch = make_batch(True)
+    advantage_step.compute_egpo_advantage_step(batch, trainer.config.algorithm)
+    metrics = batch.meta_info[STEP_METRICS]
+    mask = BS * L * 8 if selection == "top_entropy" else 0
+    egpo_bytes = BS * L * 4 + mask
+    verl_bytes = BS * 4 * 8 + 2 * BS * L * 8 + 2 * BS * L * 4 + 2 * BS * L * 4  # prompts; responses, mask; rewards,
+    assert metrics[EGPO_BATCH_BYTES] == egpo_bytes  # log probs; advantages, returns
+    assert metrics[STEP_BATCH_BYTES] == verl_bytes + egpo_bytes
+
+
+@pytest.mark.parametrize("method", ["gtpo", "grpo_s"])
+@pytest.mark.parametrize("solved", [1.0, 0.5])
+def test_gtpo_and_grpo_s_through_the_trainers_advantage_step(method, solved):
+    """The trainer's advantage step (fit()'s calls, the actor's recompute entropy kept until the advantage) gives
+    egpo.advantage.gtpo's advantages on the same batch and entropy, with the run's solved score as "correct"; EGPO's
+    entropy figures are logged beside, with no bonus applied; the entropy keys are dropped before the update."""
+    from egpo.advantage.gtpo import grpo_s_advantage, gtpo_advantage
+
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=actor",
+                           f"algorithm.egpo_method={method}")
+    actor_entropy = torch.rand(BS, L, generator=torch.Generator().manual_seed(3))
+    trainer.actor_rollout_wg = RecordingWorkerGroup(actor_entropy)
+    batch = make_batch(False)
+    batch.batch["token_level_rewards"][1, 4] = 0.5  # a half score: correct only when the solved score is 0.5
+    rewards, mask = batch.batch["token_level_rewards"].clone(), batch.batch["response_mask"].clone()
+    uid = batch.non_tensor_batch["uid"].copy()
+    advantage_step.set_solved_score(solved)
+    try:
+        batch, _, output = run_step(trainer, batch, bypass=False)
+    finally:
+        advantage_step.set_solved_score(1.0)
+    entropy = actor_entropy * mask
+    if method == "gtpo":
+        expected = gtpo_advantage(rewards, mask, uid, entropy, solved_score=solved, alpha1=1.0, alpha2=0.1,
+                                  norm="per_sign")
+    else:
+        expected = grpo_s_advantage(rewards, mask, uid, entropy, solved_score=solved, beta1=1.0, beta2=0.1)
+    assert torch.allclose(batch.batch["advantages"], expected.advantages.float(), atol=1e-6)
+    metrics = output.meta_info["metrics"]
+    assert metrics[f"egpo/{method}/correct_frac"] == pytest.approx((4 + (solved == 0.5)) / BS)
+    assert metrics["egpo/applied_bonus_mean"] == 0.0 and "egpo/cot_entropy_mean" in metrics
+    assert ACTOR_ENTROPY not in trainer.actor_rollout_wg.update_keys
+
+
+def test_the_registered_estimator_refuses_gtpo_and_grpo_s_in_one_line():
+    """verl's registry route (a stock trainer) cannot hand the run's solved score: refused, never computed with a
+    default the run did not set."""
+    from egpo.advantage.registry import EntropyNotSuppliedError, egpo_estimator
+
+    batch = make_batch(True)
+    for method in ("gtpo", "grpo_s"):
+        with pytest.raises(EntropyNotSuppliedError, match=f"egpo_method={method} counts a response correct at the "
+                                                          "run's solved score"):
+            egpo_estimator(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                           index=batch.non_tensor_batch["uid"], config={"egpo_method": method},
+                           token_level_entropy=batch.batch[ROLLOUT_ENTROPY], responses=batch.batch["responses"])

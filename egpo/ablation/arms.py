@@ -32,6 +32,9 @@ CLIP_COV = (f"{ACTOR}.policy_loss.loss_mode=clip_cov", f"{ACTOR}.policy_loss.cli
 ENTROPY_BONUS = (f"{ACTOR}.entropy_coeff=0.001",)  # verl's former default entropy_coeff
 TOP_ENTROPY = ("algorithm.egpo_token_selection=top_entropy",  # Wang et al. 2506.01939: the top 20% by entropy
                "algorithm.egpo_top_entropy_quantile=0.2")
+GTPO = ("algorithm.egpo_method=gtpo",)  # Tan et al. 2508.04349, Eqs. 3, 5, 6, the paper's weights (docs/gtpo.md)
+GRPO_S = ("algorithm.egpo_method=grpo_s", f"{ACTOR}.policy_loss.loss_mode=grpo_s",  # Eqs. 8-11: its sequence-ratio
+          f"{ACTOR}.loss_agg_mode=seq-mean-token-mean")  # loss, averaged over the responses (1/G)
 STARE = ("algorithm.egpo_token_reweighting=stare",)  # Luo et al. 2606.19236, the authors' defaults (egpo.advantage.stare)
 _METHOD_ARMS = {
     "grpo_cliphigher": (*GRPO, *CLIP_HIGHER),
@@ -43,6 +46,8 @@ _METHOD_ARMS = {
     "grpo_8020_rollout": (ESTIMATOR, "algorithm.egpo_lambda=0", SOURCE["rollout"], *TOP_ENTROPY),
     "grpo_stare": (*GRPO, *STARE),
     "egpo_rollout_cliphigher": (ESTIMATOR, SOURCE["rollout"], *CLIP_HIGHER),
+    "grpo_gtpo": (ESTIMATOR, SOURCE["actor"], *GTPO),  # the paper's H: the old policy's, the actor's recompute
+    "grpo_s": (ESTIMATOR, SOURCE["actor"], *GRPO_S),
     "egpo_rollout_8020": (ESTIMATOR, SOURCE["rollout"], *TOP_ENTROPY),
 }
 ARMS = {f"{arm}{suffix}": (*overrides, *engine)
@@ -51,7 +56,7 @@ ARM_SETS = {  # names --arms also takes
     "sources": ("grpo", "egpo_actor", "egpo_rollout", "egpo_rollout_bypass", "egpo_surprisal"),
     "estimators": ("grpo", "egpo_rollout", "egpo_token_rollout", "egpo_respspan_rollout"),
     "entropy_methods": ("grpo", "grpo_cliphigher", "grpo_klcov", "grpo_clipcov", "grpo_entbonus", "grpo_8020",
-                        "grpo_stare", "egpo_rollout", "egpo_rollout_cliphigher"),
+                        "grpo_stare", "egpo_rollout", "egpo_rollout_cliphigher", "grpo_gtpo", "grpo_s"),
     "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm",
                      "egpo_surprisal_vllm"),
     "engines": ("egpo_rollout", "egpo_rollout_vllm"),

@@ -183,7 +183,7 @@ class Watch:
             if now - self.last > allowed:
                 what = f"nothing logged for {now - self.last:.0f} s (allowed {allowed:.0f} s" + (
                     f"; its slowest training step took {self.slowest:.0f} s)" if self.slowest else
-                    "; no training step yet)")
+                    "; one training step so far, none timed yet)" if self.steps else "; no training step yet)")
                 return f"stalled: {what}; stopped, to be resumed from its last checkpoint"
         return None
 

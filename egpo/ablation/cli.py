@@ -165,26 +165,48 @@ def main(argv: list[str] | None = None) -> None:
         return
     args = parse(argv)
     signal.signal(signal.SIGTERM, stop_as_on_ctrl_c)
-    client = dispatch = None
-    if args.ray_address:
-        from egpo.ablation.cluster import CLUSTER_OVERRIDES, connect
+    if args.rehearse:  # its cluster's token, before anything of Ray's is imported (Ray reads it once)
+        from egpo.ablation.rehearsal_cluster import RehearsalCluster
+        from egpo.rehearse.plan import RANKS
 
-        client, dispatch = connect(args.ray_address), CLUSTER_OVERRIDES
+        own = RehearsalCluster(RANKS)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    from egpo.preflight.compose import compose
-
     from egpo.errors import EgpoError
+    from egpo.preflight.compose import compose
 
     try:
         config = compose(args.config_path, args.config_name, list(args.overrides))
     except EgpoError as err:
         raise SystemExit(f"[ablation] nothing was started: {err}") from None
-    if args.rehearse:
-        from egpo.ablation.rehearsal import rehearse
+    if not args.rehearse:
+        run_ablation(args, config)
+        return
+    from egpo.ablation.rehearsal import rehearse, rehearsal_end
+    from egpo.ablation.rehearsal_cluster import Faults
 
-        rehearse(args, config, default_save_every)
-        config = compose(args.config_path, args.config_name, list(args.overrides))  # the rehearsal's, for its figures
+    rehearse(args, config, default_save_every)
+    config = compose(args.config_path, args.config_name, list(args.overrides))  # the rehearsal's, for its figures
+    with own:
+        args.ray_address = own.dashboard
+        faults = Faults(own)
+        try:
+            run_ablation(args, config, before_dispatch=faults.start)
+        finally:
+            faults.stop()
+            held = rehearsal_end(args, faults)
+    if not held:
+        raise SystemExit("[ablation] the rehearsal met a fault the ablation did not hold (NOT HELD above)")
+
+
+def run_ablation(args, config, before_dispatch=None) -> None:
+    """The ablation of the parsed command ``args`` (``config``: its composed recipe): here, or as Ray jobs where
+    ``args.ray_address`` names a cluster (``before_dispatch()``: called once the jobs are about to be submitted)."""
+    client = dispatch = None
+    if args.ray_address:
+        from egpo.ablation.cluster import CLUSTER_OVERRIDES, connect
+
+        client, dispatch = connect(args.ray_address), CLUSTER_OVERRIDES
     demo = None
     if config.get("egpo_demo", None) is not None:
         from egpo.demo.build import build
@@ -223,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[ablation] {len(runs)} run(s) as Ray jobs on {args.ray_address}, at most {parallel} at once",
               flush=True)
         print(head_memory_line(config, parallel), flush=True)
+        if before_dispatch is not None:
+            before_dispatch()
         failed = JobDispatch(client, args.ray_address, parallel, args.retries, runtime_env(args.runtime_env_json),
                              args.job_python, args.poll, live_capacity(args.ray_address, config)).run(runs)
     if failed:

@@ -4,7 +4,8 @@ the same changes, each printed, as ``python -m egpo.rehearse``), through the abl
 of every arm, its runs, checkpoints, stall watch, resume, ``--status`` and report). The ablation's schedule
 (``--steps``, ``--save-every``, the recipe's ``test_freq``) is divided by its greatest common divisor and each run
 ends once it has saved and validated (its last step does both); the stall watch's allowance scales with the token
-counts."""
+counts. The runs are Ray jobs on a cluster of the rehearsal's own (:mod:`egpo.ablation.rehearsal_cluster`: a head
+and two nodes on this machine, token-authenticated), where one node is lost mid-step and one step hangs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import math
 from functools import reduce
 
 STALL_FLOOR_S = 120  # the stall allowance a rehearsal's run gets at the least (a CPU step, its model's load)
+RETRIES = 2  # attempts after a failed one, at least: one run may meet both faults
 
 
 def rehearsal_schedule(steps: int, save_every: int, test_freq: int) -> tuple[int, int, int]:
@@ -27,9 +29,11 @@ def rehearse(args, config, default_save_every) -> None:
     """Turn ``args`` (the parsed command, ``config`` its composed recipe) into the rehearsal's: the plan's overrides
     after the user's, the schedule divided and cut, the stall allowance scaled. Each change is printed."""
     from egpo.ablation.attempt import default_stall_timeout
-    from egpo.rehearse.plan import SCHEDULE_KEYS, plan, token_factor
+    from egpo.ablation.rehearsal_cluster import NODES
+    from egpo.rehearse.plan import RANKS, SCHEDULE_KEYS, plan, token_factor
 
-    changes = [c for c in plan(config) if c.key not in SCHEDULE_KEYS]  # the ablation's schedule, below
+    # the ablation's schedule, below; ray.init's counts are the cluster's nodes' (its runs join it)
+    changes = [c for c in plan(config) if c.key not in SCHEDULE_KEYS and not c.key.startswith("ray_kwargs.ray_init.")]
     save_every = args.save_every or default_save_every(args.steps)
     test_freq = int(config.trainer.get("test_freq", -1) or -1)
     steps, save, test = rehearsal_schedule(args.steps, save_every, test_freq)
@@ -45,5 +49,30 @@ def rehearse(args, config, default_save_every) -> None:
           f"trainer.test_freq {test_freq} -> {test} (over their greatest common divisor, through the first save and "
           f"validation); the stall allowance {stall} s (the recipe's x {factor:.4g}, as the prompt's {prompt} tokens, "
           f"at least {STALL_FLOOR_S} s)", flush=True)
+    retries = max(args.retries, RETRIES)
+    print(f"[ablation] on a Ray cluster of the rehearsal's own (a head and {NODES} nodes of {RANKS} rank(s) on this "
+          f"machine, token-authenticated), a node lost mid-step and a step hung; --retries {args.retries} -> "
+          f"{retries} (one run may meet both)", flush=True)
     args.overrides = [*args.overrides, *(c.override() for c in changes), f"trainer.test_freq={test}"]
-    args.steps, args.save_every, args.stall_timeout = steps, save, stall
+    args.steps, args.save_every, args.stall_timeout, args.retries = steps, save, stall, retries
+
+
+def rehearsal_end(args, faults) -> bool:
+    """What each fault did, then ``--status`` and the report of the rehearsal's folder; whether every fault held."""
+    import subprocess
+    import sys
+
+    from egpo.ablation.status import status_lines
+
+    lines, held = faults.lines()
+    for line in lines:
+        print(line, flush=True)
+    print("[ablation] python -m egpo.ablation --status " + str(args.out), flush=True)
+    print("\n".join(status_lines(args.out)), flush=True)
+    report = subprocess.run([sys.executable, "-m", "egpo.report", str(args.out), "--window", "1"],
+                            capture_output=True, text=True)
+    said = (report.stdout + report.stderr).strip().splitlines()
+    print(f"[ablation] python -m egpo.report {args.out} --window 1: "
+          + (said[-1] if report.returncode == 0 and said else f"FAILED (exit {report.returncode}): " +
+             "\n".join(said[-20:])), flush=True)
+    return held and report.returncode == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from egpo.advantage.gtpo import GTPO_NORMS, METHODS, SHAPING_WEIGHTS, validate_method
 from egpo.advantage.variants import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
 from egpo.advantage.stare import STARE_VARIANTS, TOKEN_REWEIGHTINGS, validate_stare
 from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
@@ -25,6 +26,11 @@ def _key(default: Any, doc: str, choices: tuple = ()) -> Any:
 
 @dataclass(frozen=True)
 class EgpoAlgorithmConfig:
+    egpo_method: str = _key("egpo", "egpo: GRPO's advantage plus EGPO's clipped entropy bonus (the egpo_* keys); gtpo: "
+                                    "GTPO's token rewards shaped by each token's entropy share, each outcome's "
+                                    "z-scored (Tan et al. 2508.04349, Eqs. 3, 5, 6); grpo_s: GRPO-S's response "
+                                    "rewards shaped by each response's mean entropy share, GRPO's z-score (Eqs. 8, 9)",
+                            METHODS)
     entropy_source: str = _key("actor", "actor: entropy of the old-log-prob recompute; rollout: entropy returned by "
                                         "the rollout engine while sampling; surprisal: -log p of each sampled token, "
                                         "from the rollout's log probs (rollout.calculate_log_probs=true)",
@@ -52,11 +58,18 @@ class EgpoAlgorithmConfig:
     stare_m: float = _key(0.9, "STARE's weight on the negative set's top-surprisal tokens, variant C2 (> 0)")
     stare_target_entropy: float = _key(0.3, "STARE reweights only while the batch's mean token entropy is below "
                                             "this")
+    gtpo_alpha1: float = _key(1.0, "GTPO's weight on the outcome (Eqs. 3, 5; >= 0)")
+    gtpo_alpha2: float = _key(0.1, "GTPO's weight on a token's entropy share (Eqs. 3, 5; >= 0)")
+    gtpo_norm: str = _key("per_sign", "per_sign: the correct and the failed responses' token rewards z-scored each "
+                                      "over the batch (Eq. 6); joint: one z-score over both (not the paper's)",
+                          GTPO_NORMS)
+    grpo_s_beta1: float = _key(1.0, "GRPO-S's weight on the outcome (Eq. 9; >= 0)")
+    grpo_s_beta2: float = _key(0.1, "GRPO-S's weight on a response's entropy share (Eq. 9; >= 0)")
     cot_start_token_id: int | None = _key(None, "id of <think>; null: looked up from the tokenizer")
     cot_end_token_id: int | None = _key(None, "id of </think>; null: looked up from the tokenizer")
 
     def __post_init__(self):
-        for key in ("egpo_lambda", "egpo_alpha"):  # the quantile's own check names its type and bounds
+        for key in ("egpo_lambda", "egpo_alpha", *SHAPING_WEIGHTS):  # the quantile's own check names its own
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"algorithm.{key} must be a number (got {value!r}); the default is "
@@ -69,6 +82,7 @@ class EgpoAlgorithmConfig:
                 "'actor' uses the entropy of the old-log-prob "
                 "recompute, 'rollout' the entropy the rollout engine returns while sampling, 'surprisal' -log p of each "
                 "sampled token from the rollout's log probs")
+        validate_method(self, ALGORITHM_DEFAULTS)
         validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha, ALGORITHM_DEFAULTS)
         validate_egpo_variant(self.egpo_granularity, self.egpo_span, ALGORITHM_DEFAULTS)
         validate_token_selection(self.egpo_token_selection, self.egpo_top_entropy_quantile)

@@ -39,8 +39,14 @@ def egpo_estimator(
         )
     if index is None:
         raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
+    algo = EgpoAlgorithmConfig.from_node(config)
+    if algo.egpo_method != "egpo":
+        raise EntropyNotSuppliedError(
+            f"algorithm.egpo_method={algo.egpo_method} counts a response correct at the run's solved score "
+            "(egpo.pass_at_k.solved_score), which verl's registry does not hand an estimator: run the job through "
+            "`python -m egpo.main`, whose trainer does")
     advantages, returns, _ = egpo_advantage(
-        EgpoAlgorithmConfig.from_node(config),
+        algo,
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
         index=index,

@@ -103,6 +103,7 @@ class VerlStack:
     # with chunked prefill off, verl raises rollout.max_num_batched_tokens to max_model_len before vLLM sees it (else
     # vLLM refuses the pair at engine start: egpo.preflight.batch.prefill_budget_findings)
     raises_prefill_budget: bool
+    loads_verl_plugins: bool  # verl imports the "verl.plugins" entry points in every process (egpo's policy loss)
 
 
 VERL = {
@@ -117,7 +118,8 @@ VERL = {
                                            "vllm": "pip install vllm==0.12.0"},
                        empty_server_manager=None,  # the agent-loop manager builds its replicas itself
                        workers=_WORKERS_071, vllm_on_cpu=False,
-                       raises_prefill_budget=False),  # its vLLM pin has no CPU build for its torch
+                       raises_prefill_budget=False,  # its vLLM pin has no CPU build for its torch
+                       loads_verl_plugins=False),
     "0.9.1": VerlStack(install="pip install -e '.[verl091]'", sglang="0.5.12", vllm="0.24.0",
                        runner_module="verl.trainer.main_ppo_v0", runner_base="BaseTaskRunner",
                        manager_owns_replicas=False, tool_loop_merges_tokens=True,
@@ -134,7 +136,7 @@ VERL = {
                                            "vllm": "pip install vllm==0.24.0"},
                        empty_server_manager="verl.trainer.ppo.ray_trainer:LLMServerManager.create_empty",
                        workers=_WORKERS_091, vllm_on_cpu=True,
-                       raises_prefill_budget=True),
+                       raises_prefill_budget=True, loads_verl_plugins=True),
 }
 # the engines verl's next release pins (verl main after 0.9.1; no verl stack of egpo's yet)
 NEXT_VERL_PINS = {"sglang": "0.5.20", "vllm": "0.29.0"}

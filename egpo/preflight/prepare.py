@@ -109,6 +109,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     from egpo.preflight.cpu_backend import check_cpu_backend
     from egpo.preflight.key_check import check_unknown_keys
     from egpo.preflight.paths import resolve_local_paths
+    from egpo.preflight.policy_loss import check_policy_loss
     from egpo.preflight.ray_cluster import check_ray_cluster_settings
     from egpo.preflight.rollout_path import check_rollout_entropy_path, select_agent_loop_manager
     from egpo.preflight.stack import check_stack
@@ -141,6 +142,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     auto_set_device(config)
     found += check_ray_cluster_settings(config)
     found += check_cpu_backend(config)
+    found += check_policy_loss(config)
     if settings is None:
         found.append(warning("algorithm", "the rollout path, the 80/20 rule, the actor's entropy and the thinking "
                                           "markers were not checked: fix algorithm.* first"))

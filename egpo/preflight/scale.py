@@ -53,10 +53,13 @@ FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
 # measures each function's peak resident memory at 4M tokens against these; the peak varies by a few bytes a token
 # from run to run with the order the allocator returns memory in)
 ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
+ACTOR_ENTROPY_BYTES = 4  # the actor's recompute entropy, (batch, response length) fp32, kept in the batch
 SURPRISAL_BYTES = 4  # the negated rollout log probs, fp32 (egpo.trainer.advantage_step.source_entropy)
 AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, the valid tokens' indices
 SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
 STARE_BYTES = 64  # egpo.advantage.stare.stare_weights and the reweighted advantages: flags, surprisals, the weights
+GTPO_BYTES = 100  # egpo.advantage.gtpo.gtpo_advantage: the per-group sums at each position, the rewards, the z-scores
+GRPO_S_BYTES = 48  # egpo.advantage.gtpo.grpo_s_advantage: the masks, the advantages and rewards broadcast
 
 
 @dataclass(frozen=True)
@@ -241,21 +244,27 @@ def driver_findings(config, settings) -> list[Finding]:
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
         int(config.data.max_response_length)
     if not parts:
-        return [fact("driver", "egpo keeps the actor's entropy (verl's own tensor) until the advantage: no copy")]
+        return [fact("driver", "egpo holds nothing on the driver beyond verl's own batch")]
     total = sum(size for _, size in parts)
     return [fact("driver", f"at most {gb(total)} host memory per step over {cells:,} response tokens: " +
                            ", ".join(f"{name} {gb(size)}" for name, size in parts))]
 
 
 def _driver_parts(config, settings) -> list[tuple[str, int]]:
+    from egpo.preflight.actor_entropy import reads_actor_entropy
+    from egpo.settings import ENTROPY_ROLLOUTS, rollout_name
+
     if not settings.enabled:
         return []
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
         int(config.data.max_response_length)
     parts = []
-    if settings.reads_rollout_entropy:
+    recompute = reads_actor_entropy(settings)  # the actor's recompute entropy reaches the driver
+    if recompute and settings.algo.entropy_source == "actor":  # verl drops it after its metric; egpo keeps it
+        parts.append(("actor entropy kept until the advantage", cells * ACTOR_ENTROPY_BYTES))
+    if rollout_name(config) in ENTROPY_ROLLOUTS:  # egpo's engines return their entropy into every egpo run's batch
         parts.append(("rollout entropy", cells * ROLLOUT_ENTROPY_BYTES))
-        if not settings.bypass_mode:
+        if recompute:
             parts.append(("rollout-vs-actor agreement", cells * AGREEMENT_BYTES))
     if settings.reads_surprisal:
         parts.append(("surprisal", cells * SURPRISAL_BYTES))
@@ -265,6 +274,10 @@ def _driver_parts(config, settings) -> list[tuple[str, int]]:
         parts.append(("80/20 selection", cells * SELECTION_BYTES))
     if settings.algo.egpo_token_reweighting == "stare":
         parts.append(("STARE's weights", cells * STARE_BYTES))
+    if settings.algo.egpo_method == "gtpo":
+        parts.append(("GTPO's shaping", cells * GTPO_BYTES))
+    elif settings.algo.egpo_method == "grpo_s":
+        parts.append(("GRPO-S's shaping", cells * GRPO_S_BYTES))
     return parts
 
 

@@ -50,8 +50,9 @@ def resolve_think_token_ids(config: DictConfig, tokenizer) -> None:
     try:
         start_id, end_id = lookup_think_token_ids(tokenizer)
     except EgpoConfigError:
-        if algorithm.get("egpo_span", "cot") == "response":
-            logger.info("egpo_span=response on a tokenizer without <think>/</think>: no CoT figures are logged")
+        if algorithm.get("egpo_span", "cot") == "response" or algorithm.get("egpo_method", "egpo") != "egpo":
+            logger.info("egpo_span=response (or GTPO, GRPO-S: every response token) on a tokenizer without "
+                        "<think>/</think>: no CoT figures are logged")
             return
         raise
     with open_dict(algorithm):

@@ -11,7 +11,8 @@ resume); then the finished run's command once more (it must train nothing). It s
 schedule, whether the run held it (the step-0 validation, the training steps, the saves, the validations on save
 steps, the last step's save) with its seconds; where the resume started and what it redid; and the preflight's
 checkpoint size beside the one on disk, and its checkpoints' peak beside the one measured while the run went on
-(:mod:`egpo.rehearse.measure`). A run refused at start-up (or stopped before its first step) ends the
+(:mod:`egpo.rehearse.measure`), and the step batch the driver held at the advantage (egpo's keys in it) beside
+the preflight's figures. A run refused at start-up (or stopped before its first step) ends the
 rehearsal there, with the run's own refusal above and its exit status. Exit status: the run's, else 1 where an event
 did not hold.
 """
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     kill_step = None if args.no_kill else worst_moment(rehearsal)
     kill_lines, every_kill = [], True
-    from egpo.rehearse.measure import DiskPeak, disk_line
+    from egpo.rehearse.measure import DiskPeak, disk_line, driver_line
 
     with DiskPeak(where) as disk:
         if kill_step is not None:
@@ -106,9 +107,11 @@ def main(argv: list[str] | None = None) -> None:
         print(line, flush=True)
     print(checkpoint_line(rehearsal, where), flush=True)
     print(disk_line(rehearsal, where, disk), flush=True)
+    driver, driver_held = driver_line(rehearsal, where)
+    print(driver, flush=True)
     if status:
         raise SystemExit(status)
-    if not (every and every_kill):
+    if not (every and every_kill and driver_held):
         raise SystemExit("[rehearse] an event of the schedule did not hold (NOT HELD above)")
 
 

@@ -66,3 +66,27 @@ def disk_line(config, where: Path, peak: DiskPeak) -> str:
     ratio = peak.size / predicted if predicted else float("nan")
     return (f"[rehearse] disk at its peak: {peak.folders} checkpoint(s), {gb(peak.size)} on disk; the preflight's "
             f"{held[1]} checkpoint(s), {gb(predicted)} ({ratio:.2f}x)")
+
+
+def driver_line(config, where: Path) -> tuple[str, bool]:
+    """The driver's step batch as the run held it at the advantage, at its largest over the run's steps (the sizes its
+    tensors logged, egpo's keys among them), beside the preflight's figures for the same configuration: verl's step
+    batch (the head's figure on a cluster, ``step_batch_bytes``), and egpo's part, which must stay within the
+    preflight's 'driver' line (a bound: it also counts the transients of the step's egpo functions). Whether egpo's
+    part held."""
+    from egpo.keys import EGPO_BATCH_BYTES, STEP_BATCH_BYTES
+    from egpo.preflight.scale import egpo_driver_bytes, gb, step_batch_bytes
+    from egpo.run_state import logged_steps
+    from egpo.settings import EgpoSettings
+
+    steps = [line["data"] for line in logged_steps(where)]
+    batch = max((d[STEP_BATCH_BYTES] for d in steps if STEP_BATCH_BYTES in d), default=None)
+    ours = max((d[EGPO_BATCH_BYTES] for d in steps if EGPO_BATCH_BYTES in d), default=None)
+    if batch is None:
+        return "[rehearse] driver: no step logged its batch's size, nothing to compare", True
+    verl = step_batch_bytes(config)
+    bound = egpo_driver_bytes(config, EgpoSettings.from_algorithm(config.algorithm))
+    held = ours <= bound
+    return (f"[rehearse] driver: the step batch at the advantage at its largest {gb(batch)} ({batch:,.0f} B), the "
+            f"preflight's {gb(verl)} ({batch / verl:.2f}x); egpo's keys in it {ours:,.0f} B, within the preflight's "
+            f"'driver' line ({bound:,} B)" + ("" if held else "  NOT HELD")), held

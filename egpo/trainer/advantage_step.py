@@ -11,12 +11,14 @@ change, start-up fails with the names of what changed.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
 from egpo.advantage.cot import prompt_ends_inside_think
 from egpo.advantage.egpo import egpo_advantage
+from egpo.advantage.gtpo import shaped_advantage
 from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.advantage.stare import stare_weights
 from egpo.advantage.token_selection import top_entropy_mask
@@ -25,7 +27,8 @@ from egpo.compat.verl_shapes import VerlShapeError
 from egpo.errors import EntropyError
 from egpo.patching import Patch, parameters
 from egpo.settings import ENTROPY_ROLLOUTS, LOG_PROBS, EgpoSettings
-from egpo.keys import ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
+from egpo.keys import (EGPO_BATCH_BYTES, ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_BATCH_BYTES, STEP_METRICS,
+                       TRANSIENT_BATCH_KEYS, UPDATE_MASK)
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
 
@@ -76,6 +79,15 @@ def source_entropy(batch, settings: EgpoSettings):
     return values.neg() if settings.reads_surprisal else values
 
 
+_RUN = {"solved_score": 1.0}  # the run's, set once by the trainer (set_solved_score); pass@k's default till then
+
+
+def set_solved_score(score: float) -> None:
+    """The score at which a response counts as correct (``egpo.pass_at_k.solved_score``: pass@k's and GTPO's and
+    GRPO-S's one definition), for this process's advantage steps."""
+    _RUN["solved_score"] = float(score)
+
+
 def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo: bool = True) -> DataProto:
     """EGPO advantages into ``data``; its entropy keys are dropped, its diagnostics go to ``meta_info``. ``config``:
     the run's ``algorithm`` node, whose settings the trainer read (:meth:`EgpoSettings.of`)."""
@@ -96,8 +108,14 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
     starts_inside = None
     if algo.cot_start_token_id is not None and algo.cot_end_token_id is not None and "prompts" in batch.keys():
         starts_inside = prompt_ends_inside_think(batch["prompts"], algo.cot_start_token_id, algo.cot_end_token_id)
+    shaped = None
+    if algo.egpo_method != "egpo":  # GTPO or GRPO-S: EGPO's entropy figures are still logged, for every arm alike
+        shaped = shaped_advantage(algo, token_level_rewards=batch["token_level_rewards"],
+                                  response_mask=batch["response_mask"], index=data.non_tensor_batch["uid"],
+                                  entropy=entropy, solved_score=_RUN["solved_score"],
+                                  norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
     advantages, returns, diagnostics = egpo_advantage(
-        algo,
+        algo if shaped is None else replace(algo, egpo_method="egpo", egpo_lambda=0.0),
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
         index=data.non_tensor_batch["uid"],
@@ -106,6 +124,8 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         starts_inside=starts_inside,
     )
+    if shaped is not None:
+        advantages = returns = shaped.advantages.to(batch["token_level_rewards"].dtype)
     reweighted = None
     if algo.egpo_token_reweighting == "stare":  # STARE: the top-surprisal tokens' advantages, while entropy is low
         if "old_log_probs" not in batch.keys():
@@ -123,18 +143,29 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
         selection = top_entropy_mask(entropy, batch["response_mask"], algo.egpo_top_entropy_quantile,
                                      per_response=settings.selects_per_response)
         batch[UPDATE_MASK] = selection.mask
+    held = batch_bytes(batch)  # at its fullest: egpo's keys still in it (sizes only, no copy and no sync)
     for key in TRANSIENT_BATCH_KEYS:
         if key in batch.keys():
             batch.pop(key)
     metrics = diagnostics.as_metrics()  # an undefined figure (no span, no markers) is left out
+    metrics.update(held)
     if selection is not None:
         metrics.update(selection.metrics())
     if reweighted is not None:
         metrics.update(reweighted.metrics())
+    if shaped is not None:
+        metrics.update(shaped.metrics(f"egpo/{algo.egpo_method}"))
     metrics["egpo/starts_inside_frac"] = float(starts_inside.float().mean()) if starts_inside is not None else 0.0
     metrics.update(variant_metrics(settings))
     add_step_metrics(data, metrics)
     return data
+
+
+def batch_bytes(batch) -> dict[str, float]:
+    """The bytes of the batch's tensors, and of egpo's own keys among them (its entropy, its update mask)."""
+    sizes = {key: value.numel() * value.element_size() for key, value in batch.items()}
+    return {STEP_BATCH_BYTES: float(sum(sizes.values())),
+            EGPO_BATCH_BYTES: float(sum(sizes.get(key, 0) for key in (*TRANSIENT_BATCH_KEYS, UPDATE_MASK)))}
 
 
 def variant_metrics(settings: EgpoSettings) -> dict[str, float]:

@@ -69,6 +69,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         pass_at_k.check_verl_shape(RayPPOTrainer)
         self.solved_score = float(OmegaConf.select(config, pass_at_k.SOLVED_SCORE_KEY,
                                                    default=pass_at_k.DEFAULT_SOLVED_SCORE))
+        advantage_step.set_solved_score(self.solved_score)  # "correct" for GTPO and GRPO-S, as for pass@k
         warn_on_temperature_mismatch(config, self.egpo)
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.algo.egpo_span == "cot")
         if self.egpo.enabled and self.trains:
