@@ -135,3 +135,24 @@ def test_the_closing_lines_say_held_only_from_the_runs_own_records(tmp_path, spa
     assert lines[1].endswith("its watch stopped the attempt (nothing logged for 170 s (allowed 168 s; one training "
                              "step so far, none timed yet)); resumed (attempts from steps [0, 1, 2]), done; its 1 "
                              "frozen process(es) ended with their job")
+
+
+def test_a_clusters_worker_ports_are_free_and_outside_the_ports_the_kernel_hands_out():
+    """A worker range inside the ephemeral range took, in another run on the machine, the rendezvous port verl had just
+    picked (EADDRINUSE): the range is outside it, free when chosen, and holds none of the node's own ports."""
+    import random
+    import socket
+
+    from egpo.ablation.own_cluster import WORKER_PORTS, ephemeral_ports, worker_ports_clear_of
+
+    low_e, high_e = ephemeral_ports()
+    rng = random.Random(0)
+    for _ in range(20):
+        low = worker_ports_clear_of([], rng)
+        assert low >= 20000 and (low + WORKER_PORTS < low_e or low > high_e)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        for _ in range(20):  # a node's own port, and a port some program holds, never inside the range
+            low = worker_ports_clear_of([low_e - 150], rng)
+            assert not low <= low_e - 150 <= low + WORKER_PORTS and not low <= taken <= low + WORKER_PORTS

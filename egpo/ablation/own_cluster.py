@@ -38,13 +38,44 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def worker_ports_clear_of(ports) -> int:
-    """The first port of a worker range that holds none of a node's component ports: Ray refuses to start a node
-    whose worker range does (seen: the runtime-env agent's port inside it, 2026-11-27)."""
-    while True:
-        low = free_ports(1)[0]
-        if low + WORKER_PORTS <= 65535 and not any(low <= port <= low + WORKER_PORTS for port in ports):
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel hands out ports from for a bind to port 0 (and so every "free port" another program on
+    this machine picks: torch's and verl's rendezvous ports among them)."""
+    try:
+        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def worker_ports_clear_of(ports, rng=None) -> int:
+    """The first port of a worker range, every port of it free now, outside the kernel's ephemeral range (a worker
+    range inside it took the port verl had just picked for torch's rendezvous in another run on the machine:
+    EADDRINUSE, seen 2026-11-29) and below Ray's default worker ports' end (10002-19999 start above 20000), holding
+    none of the node's component ports (Ray refuses a node whose worker range does, seen 2026-11-27)."""
+    import random
+
+    rng = rng or random.Random()
+    ephemeral_low, ephemeral_high = ephemeral_ports()
+    spans = [(20000, ephemeral_low - 1), (ephemeral_high + 1, 65535)]
+    spans = [(a, b - WORKER_PORTS) for a, b in spans if b - WORKER_PORTS > a]
+    for _ in range(1000):
+        a, b = rng.choice(spans)
+        low = rng.randint(a, b)
+        if any(low <= port <= low + WORKER_PORTS for port in ports):
+            continue
+        if all(_bindable(port) for port in range(low, low + WORKER_PORTS + 1)):
             return low
+    raise RuntimeError("no range of free worker ports outside the kernel's ephemeral ports was found")
 
 
 @dataclass(eq=False)  # a node is itself: hashable by identity
