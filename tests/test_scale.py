@@ -232,6 +232,7 @@ torch.set_num_threads(1)
 from egpo.advantage.stare import stare_weights
 from egpo.advantage.token_selection import top_entropy_mask
 from egpo.trainer.metrics import entropy_agreement
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # a run's driver has verl imported
 
 
 def status(field):
@@ -258,7 +259,7 @@ elif sys.argv[1] == "surprisal_agreement":
     entropy_agreement(log_probs.neg(), actor, mask)
 elif sys.argv[1] in ("gtpo", "grpo_s"):  # half the responses correct, groups of 16, every token valid
     import numpy as np
-    from egpo.advantage.gtpo import grpo_s_advantage, gtpo_advantage
+    from egpo.advantage.gtpo import grpo_s_advantage, gtpo_advantage  # verl's GRPO: imported above, as in a run
     rewards = torch.zeros(B, L)
     rewards[::2, -1] = 1.0
     index = np.array([f"g{i // 16}" for i in range(B)], dtype=object)

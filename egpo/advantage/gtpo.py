@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 SHAPING_EPS = 1e-6  # Remark 2.1's epsilon, where a share's division needs one
-ZSCORE_EPS = 1e-6  # the z-scores' epsilon under the standard deviation (verl's GRPO's)
+ZSCORE_EPS = 1e-6  # the z-scores' epsilon under the standard deviation (verl's GRPO's default)
 METHODS = ("egpo", "gtpo", "grpo_s")
 GTPO_NORMS = ("per_sign", "joint")
 SHAPING_WEIGHTS = ("gtpo_alpha1", "gtpo_alpha2", "grpo_s_beta1", "grpo_s_beta2")
@@ -142,6 +142,8 @@ def gtpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
 def grpo_s_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, entropy: torch.Tensor, *,
                      solved_score: float, beta1: float, beta2: float, norm_adv_by_std_in_grpo: bool = True) -> Shaped:
     """GRPO-S's sequence rewards (Eqs. 8, 9) and its group z-score, broadcast over each response's valid tokens."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # config.py reads this module without verl
+
     mask = response_mask.bool()
     correct = correct_responses(token_level_rewards, response_mask, solved_score)
     groups, count = group_ids(index)
@@ -155,16 +157,13 @@ def grpo_s_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Ten
     inverse = neg / (mean_h + SHAPING_EPS)
     share_neg = inverse * _group_sum(neg, groups, count) / _group_sum(inverse, groups, count).clamp_min(SHAPING_EPS)
     sign = torch.where(correct, 1.0, -1.0).to(h.dtype)
-    shaped = sign * beta1 + beta2 * (share_pos - share_neg)  # Eq. 9
-    sizes = torch.zeros(count, dtype=h.dtype).index_add_(0, groups, torch.ones_like(shaped))
-    mean = torch.zeros(count, dtype=h.dtype).index_add_(0, groups, shaped) / sizes
-    centred = shaped - mean[groups]
-    var = torch.zeros(count, dtype=h.dtype).index_add_(0, groups, centred ** 2) / (sizes - 1).clamp_min(1)
-    std = torch.where(sizes > 1, var.sqrt(), torch.ones_like(var))  # a group of one: verl's GRPO's 0 mean, 1 std
-    centred = torch.where(sizes[groups] > 1, centred, shaped)
-    scores = centred / (std[groups] + ZSCORE_EPS) if norm_adv_by_std_in_grpo else centred
-    advantages = scores[:, None] * mask
-    return Shaped(advantages, shaped[:, None] * mask, correct, int((mask & ~finite).sum()))
+    shaped = (sign * beta1 + beta2 * (share_pos - share_neg))[:, None]  # Eq. 9, one per response
+    # GRPO's z-score over each group, verl's own function (as EGPO's GRPO part): it sums a (bs, 1) row back to it
+    scores, _ = compute_grpo_outcome_advantage(token_level_rewards=shaped, response_mask=torch.ones_like(shaped),
+                                               index=np.asarray(index), epsilon=ZSCORE_EPS,
+                                               norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+    advantages = scores * mask
+    return Shaped(advantages, shaped * mask, correct, int((mask & ~finite).sum()))
 
 
 def shaped_advantage(algo, *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
