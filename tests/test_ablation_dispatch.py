@@ -579,6 +579,33 @@ def test_the_first_training_step_after_a_long_validation_is_not_taken_for_a_stal
     assert "no training step yet" in watch.check()
 
 
+def test_the_start_has_an_allowance_of_its_own_and_the_steps_keep_theirs(tmp_path, monkeypatch):
+    """--start-timeout: the allowance before the first training step (a start on a loaded machine, an engine's load)
+    alone; twice the validation's time still extends it; after the first step the stall allowance is the step's."""
+    from egpo.ablation import attempt
+
+    clock = Clock()
+    monkeypatch.setattr(attempt.time, "time", clock)
+    metrics = tmp_path / "metrics.attempt.jsonl"
+    watch = attempt.Watch(metrics, None, 168, start_timeout=900)
+    clock.now += 900
+    assert watch.check() is None  # 900 s of start with nothing logged: within the start's allowance
+    clock.now += 1.5
+    assert watch.check().startswith("stalled: nothing logged for 902 s (allowed 900 s; no training step yet)")
+    watch = attempt.Watch(metrics.with_name("b.jsonl"), None, 168, start_timeout=900)
+    clock.now += 600
+    log_line(metrics.with_name("b.jsonl"), 0, training=False)  # the validation, 600 s after the start
+    watch.check()
+    clock.now += 1199
+    assert watch.check() is None  # twice the validation's time (1200 s) is longer than the start's 900 s
+    log_line(metrics.with_name("b.jsonl"), 1, training=True)
+    watch.check()
+    clock.now += 169
+    assert "allowed 168 s" in watch.check()  # a step's allowance is the stall timeout's, not the start's
+    assert attempt.Watch(metrics, None, 168).start_timeout == 336  # none given: twice the stall timeout
+    assert attempt.Watch(metrics, None, None).start_timeout is None
+
+
 def test_a_line_being_written_waits_for_its_end(tmp_path, monkeypatch):
     from egpo.ablation import attempt
 

@@ -115,13 +115,27 @@ def test_the_closing_lines_say_held_only_from_the_runs_own_records(tmp_path, spa
     lines, held = faults.lines()
     assert not held and all(line.endswith("never happened  NOT HELD") for line in lines)
     frozen = spawn()
-    faults.lost = Fault(a, 11, 1, time.time(), "node-1")
-    faults.frozen = Fault(a, 12, 2, time.time(), "node-2", [frozen.pid], {frozen.pid: "ray::WorkerDict"})
-    (a / LOG).write_text("[ablation] attempt from step 0 on h\n[ablation] attempt from step 1 on h\n")
+    # the run's first attempt stalled at its start (a slow machine), the second lost its node, the third froze
+    start_stall = ("[ablation] attempt from step 0 on h\n[ablation] attempt stalled: nothing logged for 901 s (allowed "
+                   "900 s; no training step yet); stopped, to be resumed from its last checkpoint\n")
+    faults.lost = Fault(a, 11, 1, time.time(), "node-1", attempts_before=2)
+    faults.frozen = Fault(a, 12, 2, time.time(), "node-2", [frozen.pid], {frozen.pid: "ray::WorkerDict"},
+                          attempts_before=3)
+    (a / LOG).write_text(start_stall + "[ablation] attempt from step 0 on h\n")
+    lines, held = faults.lines()
+    assert not held and lines[0].endswith("never resumed (its attempts, from steps [0, 0], all came before), not "
+                                          "done  NOT HELD")
+    (a / LOG).write_text(start_stall + "[ablation] attempt from step 0 on h\n[ablation] attempt from step 1 on h\n")
     lines, held = faults.lines()
     assert not held and lines[0].endswith("not done  NOT HELD")  # resubmitted, but not finished
     assert "its watch never stopped the attempt" in lines[1] and "still there: " in lines[1]
-    (a / LOG).write_text("[ablation] attempt from step 0 on h\n[ablation] attempt from step 1 on h\n"
+    (a / LOG).write_text(start_stall + "[ablation] attempt from step 0 on h\n[ablation] attempt from step 1 on h\n"
+                         "[ablation] attempt from step 2 on h\n")
+    (a / DONE).write_text("{}")
+    lines, held = faults.lines()  # the start's stall is not the frozen attempt's
+    assert not held and "its watch never stopped the attempt" in lines[1]
+    (a / DONE).unlink()
+    (a / LOG).write_text(start_stall + "[ablation] attempt from step 0 on h\n[ablation] attempt from step 1 on h\n"
                          "[ablation] attempt stalled: nothing logged for 170 s (allowed 168 s; one training step so "
                          "far, none timed yet); stopped, to be resumed from its last checkpoint\n"
                          "[ablation] attempt from step 2 on h\n")
@@ -133,8 +147,10 @@ def test_the_closing_lines_say_held_only_from_the_runs_own_records(tmp_path, spa
     lines, held = faults.lines()
     assert held, lines
     assert lines[1].endswith("its watch stopped the attempt (nothing logged for 170 s (allowed 168 s; one training "
-                             "step so far, none timed yet)); resumed (attempts from steps [0, 1, 2]), done; its 1 "
-                             "frozen process(es) ended with their job")
+                             "step so far, none timed yet)); resumed (attempts after it from steps [2]; all of its "
+                             "attempts from steps [0, 0, 1, 2]), done; its 1 frozen process(es) ended with their job")
+    assert lines[0].endswith("resumed (attempts after it from steps [1, 2]; all of its attempts from steps "
+                             "[0, 0, 1, 2]), done")
 
 
 def test_a_clusters_worker_ports_are_free_and_outside_the_ports_the_kernel_hands_out():

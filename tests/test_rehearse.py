@@ -221,7 +221,7 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
     proc = subprocess.run([sys.executable, "-m", "egpo.ablation", "--rehearse", f"--config-path={RECIPES}",
                            "--config-name=qwen3_1.7b", "--arms", "egpo_rollout", "--seeds", "0", "--steps", "6",
                            "--save-every", "2", "--out", str(out), "actor_rollout_ref.rollout.name=hf"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=2700,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
     assert "[ablation] rehearsal of qwen3_1.7b on this CPU:" in proc.stdout
@@ -230,15 +230,17 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
     assert ("[ablation] schedule: --steps 6 -> 3, --save-every 2 -> 1, trainer.test_freq 20 -> 10 (over their greatest "
             "common divisor, through the first save and validation)") in proc.stdout
     assert "1 run(s) as Ray jobs on http://127.0.0.1:" in proc.stdout
+    assert "--retries 1 -> 3 (one run may meet both, and one spare for this machine's own)" in proc.stdout
     assert "accepts jobs without a token" not in proc.stdout
     lost = re.search(r"\[ablation\] rehearsal, a node lost mid-step: egpo_rollout__seed0 lost its node after step 1; "
-                     r"its job failed and the run was resubmitted \(attempts from steps \[0, 1, 2\]\), done\n",
+                     r"its job failed and the run resumed \(attempts after it from steps \[1, 2\]"
+                     r"(; all of its attempts from steps \[[\d, ]+\])?\), done\n",
                      proc.stdout)
     assert lost, proc.stdout[-6000:]
     hung = re.search(r"\[ablation\] rehearsal, a hung step: egpo_rollout__seed0 frozen after step 2: its watch stopped "
                      r"the attempt \(nothing logged for (\d+) s \(allowed 168 s; one training step so far, none timed "
-                     r"yet\)\); resumed \(attempts from steps \[0, 1, 2\]\), done; its (\d+) frozen process\(es\) ended "
-                     r"with their job\n", proc.stdout)
+                     r"yet\)\); resumed \(attempts after it from steps \[2\]; all of its attempts from steps "
+                     r"\[[\d, ]*1, 2\]\), done; its (\d+) frozen process\(es\) ended with their job\n", proc.stdout)
     assert hung and int(hung.group(2)) >= 2, proc.stdout[-6000:]  # the run's two ranks at least
     assert "NOT HELD" not in proc.stdout
     assert f"1 done of 1 run(s)" in proc.stdout  # --status, printed by the rehearsal
@@ -252,5 +254,7 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
         assert [s for s in steps if any(k.startswith("val-") for k in steps[s])] == [0, 3]
         assert checkpoint_steps(work) == [2, 3]
         # the stall watch's allowance scaled as the tokens are: the recipe's 3,600 s (8,192-token responses) x 48/1024
-        assert json.loads((work / "run.json").read_text())["stall_timeout"] == 168
+        spec = json.loads((work / "run.json").read_text())
+        assert spec["stall_timeout"] == 168
+        assert spec["start_timeout"] == 900  # before the first training step: a CPU start's floor, not the tokens'
     assert (out / "report.md").exists()

@@ -56,14 +56,17 @@ def override_value(path: Path) -> str:
 
 
 def write_run(work: Path, arm: str, seed: int, steps: int, command: list[str], keep: int, timeout: int,
-              stall_timeout: int = 0, recipe: str | None = None, overrides: list[str] = ()) -> None:
+              stall_timeout: int = 0, recipe: str | None = None, overrides: list[str] = (),
+              start_timeout: int | None = None) -> None:
     """``run.json``: what an attempt runs, where (the ablation's working directory, so relative paths mean the same
-    in every run as on its command line), for how long, and how long without a step before it counts as stalled;
-    and, for the report, the recipe, the arm's and the ablation's overrides and the installed versions."""
+    in every run as on its command line), for how long, and how long without a step before it counts as stalled
+    (``start_timeout``: before its first training step; None: twice ``stall_timeout``); and, for the report, the
+    recipe, the arm's and the ablation's overrides and the installed versions."""
     work.mkdir(parents=True, exist_ok=True)
     (work / RUN).write_text(json.dumps({"arm": arm, "seed": seed, "steps": steps, "command": command,
                                         "cwd": os.getcwd(), "keep": keep, "timeout": timeout,
-                                        "stall_timeout": stall_timeout, "recipe": recipe,
+                                        "stall_timeout": stall_timeout, "start_timeout": start_timeout,
+                                        "recipe": recipe,
                                         "arm_overrides": list(ARMS.get(arm, ())), "overrides": list(overrides),
                                         "versions": installed_versions()}, indent=1))
 
@@ -129,13 +132,15 @@ def default_stall_timeout(config) -> int:
 class Watch:
     """When an attempt must end although its training runs on: after ``timeout`` seconds in all, or when nothing was
     logged for the step's allowance. A training step is a logged line with verl's step timing (the validation before
-    training logs a line at step 0 without it). Before the first training step the allowance is twice
-    ``stall_timeout``, and at least twice the validation's time where one was logged (model load, then a whole
-    validation's generations: the first step's generations and update take the same order of time); after it,
-    ``max(stall_timeout, STALL_FACTOR x the slowest training step so far)``."""
+    training logs a line at step 0 without it). Before the first training step the allowance is ``start_timeout``
+    (None: twice ``stall_timeout``: the start, a model's load, an engine's), and at least twice the validation's time
+    where one was logged (a whole validation's generations: the first step's generations and update take the same
+    order of time); after it, ``max(stall_timeout, STALL_FACTOR x the slowest training step so far)``."""
 
-    def __init__(self, metrics: Path, timeout: float | None, stall_timeout: float | None, on_line=None):
+    def __init__(self, metrics: Path, timeout: float | None, stall_timeout: float | None, on_line=None,
+                 start_timeout: float | None = None):
         self.metrics, self.timeout, self.stall_timeout, self.on_line = metrics, timeout, stall_timeout, on_line
+        self.start_timeout = start_timeout or (2 * stall_timeout if stall_timeout else None)
         self.start = self.last = time.time()
         self.offset, self.slowest, self.steps, self.validation = 0, 0.0, 0, 0.0
         self.partial = b""
@@ -179,7 +184,7 @@ class Watch:
             if self.steps:
                 allowed = max(self.stall_timeout, STALL_FACTOR * self.slowest)
             else:
-                allowed = 2 * max(self.stall_timeout, self.validation)
+                allowed = max(self.start_timeout, 2 * self.validation)
             if now - self.last > allowed:
                 what = f"nothing logged for {now - self.last:.0f} s (allowed {allowed:.0f} s" + (
                     f"; its slowest training step took {self.slowest:.0f} s)" if self.slowest else
@@ -235,7 +240,8 @@ def run_attempt(work: Path, own_session: bool, echo: bool = False, on_line=None)
                                 start_new_session=own_session)
         record_attempt(work, proc.pid, resume)
         pump = _echo(proc, log) if echo else None
-        watch = Watch(metrics, spec.get("timeout") or None, spec.get("stall_timeout") or None, on_line)
+        watch = Watch(metrics, spec.get("timeout") or None, spec.get("stall_timeout") or None, on_line,
+                      spec.get("start_timeout") or None)
         try:
             returncode = wait(proc, watch)
         except BaseException as err:  # the watch, Ctrl-C, the job stopped: the training stops with the attempt

@@ -89,9 +89,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=int, default=0, help="seconds per attempt of a run (default: none)")
     parser.add_argument("--stall-timeout", type=int, default=None,
                         help="an attempt that logs nothing for this long, or 5x its slowest training step if longer "
-                             "(before its first training step: twice this, and at least twice the validation's time), "
-                             "is stopped as stalled and resumed (0: never; default: 1800 s for responses up to 4K "
-                             "tokens, in proportion beyond: 7200 s at 16K)")
+                             "(before its first training step: --start-timeout), is stopped as stalled and resumed "
+                             "(0: never; default: 1800 s for responses up to 4K tokens, in proportion beyond: 7200 s "
+                             "at 16K)")
+    parser.add_argument("--start-timeout", type=int, default=None,
+                        help="an attempt's allowance before its first training step (its start, model and engine "
+                             "loads, the validation before training), at least twice the validation's time where one "
+                             "was logged (default: twice --stall-timeout)")
     parser.add_argument("--save-every", type=int, default=0,
                         help="checkpoint every N steps (default: a tenth of --steps, at least 1)")
     parser.add_argument("--keep", type=int, default=2, help="checkpoints kept per run (the last ones; at least 2)")
@@ -228,7 +232,7 @@ def run_ablation(args, config, before_dispatch=None) -> None:
                                       [*(dispatch or ()), *args.overrides], demo,
                                       args.save_every or default_save_every(args.steps), args.keep, python)
                 write_run(work, arm, seed, args.steps, command, args.keep, args.timeout, args.stall_timeout,
-                          recipe=args.config_name, overrides=list(args.overrides))
+                          recipe=args.config_name, overrides=list(args.overrides), start_timeout=args.start_timeout)
             runs.append(work)
     if client is None:
         from egpo.ablation.local import run_locally

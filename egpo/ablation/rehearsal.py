@@ -4,7 +4,7 @@ the same changes, each printed, as ``python -m egpo.rehearse``), through the abl
 of every arm, its runs, checkpoints, stall watch, resume, ``--status`` and report). The ablation's schedule
 (``--steps``, ``--save-every``, the recipe's ``test_freq``) is divided by its greatest common divisor and each run
 ends once it has saved and validated (its last step does both); the stall watch's allowance scales with the token
-counts. The runs are Ray jobs on a cluster of the rehearsal's own (:mod:`egpo.ablation.rehearsal_cluster`: a head
+counts, its allowance for a run's start has a floor of a CPU's. The runs are Ray jobs on a cluster of the rehearsal's own (:mod:`egpo.ablation.rehearsal_cluster`: a head
 and two nodes on this machine, token-authenticated), where one node is lost mid-step and one step hangs."""
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 from functools import reduce
 
-STALL_FLOOR_S = 120  # the stall allowance a rehearsal's run gets at the least (a CPU step, its model's load)
-RETRIES = 2  # attempts after a failed one, at least: one run may meet both faults
+STALL_FLOOR_S = 120  # the stall allowance a rehearsal's run gets at the least (a CPU step)
+# an attempt's allowance before its first training step, at the least: its start on this CPU (a job's driver, two
+# ranks, the rollout, each importing torch and verl, then the model's load and the validation before training) does
+# not scale with the tokens, and on two cores shared with other work it has taken over 6 minutes
+START_FLOOR_S = 900
+RETRIES = 3  # attempts after a failed one, at least: one run may meet both faults, and one spare
 
 
 def rehearsal_schedule(steps: int, save_every: int, test_freq: int) -> tuple[int, int, int]:
@@ -41,6 +45,7 @@ def rehearse(args, config, default_save_every) -> None:
     factor = token_factor(config)
     stall = args.stall_timeout if args.stall_timeout is not None else \
         max(STALL_FLOOR_S, int(default_stall_timeout(config) * factor))
+    start = args.start_timeout if args.start_timeout is not None else max(START_FLOOR_S, 2 * stall)
     print(f"[ablation] rehearsal of {args.config_name} on this CPU: {len(changes)} change(s) to every arm, "
           "everything else the recipe's", flush=True)
     for change in changes:
@@ -48,13 +53,15 @@ def rehearse(args, config, default_save_every) -> None:
     print(f"[ablation] schedule: --steps {args.steps} -> {steps}, --save-every {save_every} -> {save}, "
           f"trainer.test_freq {test_freq} -> {test} (over their greatest common divisor, through the first save and "
           f"validation); the stall allowance {stall} s (the recipe's x {factor:.4g}, as the prompt's {prompt} tokens, "
-          f"at least {STALL_FLOOR_S} s)", flush=True)
+          f"at least {STALL_FLOOR_S} s), before a run's first training step {start} s (its start on this CPU, at least "
+          f"{START_FLOOR_S} s)", flush=True)
     retries = max(args.retries, RETRIES)
     print(f"[ablation] on a Ray cluster of the rehearsal's own (a head and {NODES} nodes of {RANKS} rank(s) on this "
           f"machine, token-authenticated), a node lost mid-step and a step hung; --retries {args.retries} -> "
-          f"{retries} (one run may meet both)", flush=True)
+          f"{retries} (one run may meet both, and one spare for this machine's own)", flush=True)
     args.overrides = [*args.overrides, *(c.override() for c in changes), f"trainer.test_freq={test}"]
     args.steps, args.save_every, args.stall_timeout, args.retries = steps, save, stall, retries
+    args.start_timeout = start
 
 
 def rehearsal_end(args, faults) -> bool:

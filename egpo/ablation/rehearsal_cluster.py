@@ -123,6 +123,7 @@ class Fault:
     node: str = ""
     pids: list[int] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)  # what each process was (its command line, shortened)
+    attempts_before: int = 0  # the run's attempts when the fault came, the faulted one included
 
 
 class Faults(threading.Thread):
@@ -165,7 +166,8 @@ class Faults(threading.Thread):
     def _lose_a_node(self) -> None:
         for work, where, attempt, step in self._trained_on():
             node = max(where, key=lambda n: len(where[n]))  # the node that holds most of the run
-            self.lost = Fault(work, attempt, step, time.time(), node.temp_dir.name, [p.pid for p in where[node]])
+            self.lost = Fault(work, attempt, step, time.time(), node.temp_dir.name, [p.pid for p in where[node]],
+                              attempts_before=len(_attempts(work)[0]))
             self.cluster.lose(node)
             print(f"[ablation] rehearsal: the node {node.temp_dir.name} is lost (every process of it killed at once, "
                   f"as a machine that dies) while {work.name} trains on it after step {step}; a node takes its place",
@@ -188,7 +190,8 @@ class Faults(threading.Thread):
                 except Exception:  # noqa: BLE001 - a process that just ended
                     continue
             nodes = ", ".join(n.temp_dir.name for n in where)
-            self.frozen = Fault(work, attempt, step, time.time(), nodes, stopped, names)
+            self.frozen = Fault(work, attempt, step, time.time(), nodes, stopped, names,
+                                attempts_before=len(_attempts(work)[0]))
             print(f"[ablation] rehearsal: {work.name}'s {len(stopped)} worker process(es) on {nodes} frozen after "
                   f"step {step} (SIGSTOP, as a stuck collective leaves them): its stall watch must stop the attempt",
                   flush=True)
@@ -223,12 +226,20 @@ def _attempts(work: Path) -> tuple[list[int], str]:
     return [int(s) for s in re.findall(r"\[ablation\] attempt from step (\d+)", log)], log
 
 
+def _later(fault: Fault, starts: list[int]) -> str:
+    """The run's attempts after the fault's, or that there was none."""
+    later = starts[fault.attempts_before:]
+    return (f"resumed (attempts after it from steps {later}" + (f"; all of its attempts from steps {starts}"
+            if fault.attempts_before > 1 else "") + ")") if later else \
+        f"never resumed (its attempts, from steps {starts}, all came before)"
+
+
 def _after_loss(fault: Fault) -> tuple[str, bool]:
     starts, _ = _attempts(fault.run)
     done = (fault.run / DONE).exists()
-    ok = len(starts) >= 2 and done
-    return (f"{fault.run.name} lost its node after step {fault.step}; its job failed and the run was resubmitted "
-            f"(attempts from steps {starts}), {'done' if done else 'not done'}"), ok
+    ok = len(starts) > fault.attempts_before and done
+    return (f"{fault.run.name} lost its node after step {fault.step}; its job failed and the run "
+            f"{_later(fault, starts)}, {'done' if done else 'not done'}"), ok
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -251,12 +262,16 @@ def _alive(pids: list[int]) -> list[int]:
 
 def _after_freeze(fault: Fault) -> tuple[str, bool]:
     starts, log = _attempts(fault.run)
+    if fault.attempts_before:  # the frozen attempt's part of the log: a stall of another attempt (its start) is not it
+        marks = [m.start() for m in re.finditer(r"\[ablation\] attempt from step \d+", log)] + [len(log)]
+        at = min(fault.attempts_before, len(marks) - 1)
+        log = log[marks[at - 1]:marks[at]]
     stall = re.search(r"\[ablation\] attempt stalled: (nothing logged for \d+ s \(allowed \d+ s[^)]*\))", log)
     left = _alive(fault.pids)
     leftover = "; ".join(f"{pid} ({fault.names.get(pid, '?')})" for pid in left)
     done = (fault.run / DONE).exists()
-    ok = bool(stall) and done and not left and len(starts) >= 2
+    ok = bool(stall) and done and not left and len(starts) > fault.attempts_before
     waited = f"its watch stopped the attempt ({stall.group(1)})" if stall else "its watch never stopped the attempt"
-    return (f"{fault.run.name} frozen after step {fault.step}: {waited}; resumed (attempts from steps {starts}), "
+    return (f"{fault.run.name} frozen after step {fault.step}: {waited}; {_later(fault, starts)}, "
             f"{'done' if done else 'not done'}; its {len(fault.pids)} frozen process(es) "
             f"{'ended with their job' if not left else 'still there: ' + leftover}"), ok
