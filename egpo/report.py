@@ -43,6 +43,7 @@ METRICS = {
     "egpo/equal_reward_group_frac": "equal-reward group fraction",
     "egpo/cot_tokens_mean": "CoT length (tokens)",
     "egpo/entropy_rollout_vs_actor/max_abs_diff": "rollout vs actor entropy, max abs diff",
+    "egpo/surprisal_vs_actor_entropy/mean_abs_diff": "surprisal vs actor entropy, mean abs diff",
     "egpo/token_selection/kept_frac": "kept token fraction (80/20 rule)",
 }
 PASS_AT_K = re.compile(r"^val-egpo/pass@(?P<k>\d+)$")  # the whole validation set's pass@k

@@ -13,15 +13,13 @@ from egpo.advantage.config import EgpoAlgorithmConfig
 from egpo.advantage.token_selection import SELECTING
 from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.engines import ENGINES
+from egpo.entropy_sources import LOG_PROBS, SOURCES, EntropySource  # noqa: F401 - egpo.settings.LOG_PROBS, as callers import it
 from egpo.errors import EgpoConfigError  # noqa: F401 - egpo.settings.EgpoConfigError, as callers import it
-from egpo.keys import ENTROPY_KEY_BY_SOURCE
 
 ENTROPY_ROLLOUTS = tuple(ENGINES)  # the rollout engines egpo makes return per-token entropy
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
-SOURCE_WORDS = {"actor": "actor", "rollout": "rollout",  # algorithm.entropy_source, in the start-up line
-                "surprisal": "rollout's surprisal (-log p of each sampled token)"}
+SOURCE_WORDS = {name: source.words for name, source in SOURCES.items()}  # algorithm.entropy_source, in the start-up line
 BYPASS = "algorithm.rollout_correction.bypass_mode"
-LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs"  # verl's rollout log probs: the surprisal's source
 
 
 def rollout_name(config) -> str | None:
@@ -82,25 +80,33 @@ class EgpoSettings:
         return self.selects_tokens and self.algo.egpo_token_selection == "top_entropy_per_response"
 
     @property
+    def source(self) -> EntropySource:
+        """``algorithm.entropy_source``'s descriptor (:mod:`egpo.entropy_sources`)."""
+        return SOURCES[self.algo.entropy_source]
+
+    @property
     def entropy_key(self) -> str:
-        return ENTROPY_KEY_BY_SOURCE[self.algo.entropy_source]
+        return self.source.batch_key
+
+    @property
+    def reads_actor_recompute(self) -> bool:
+        """The advantage reads the actor's recompute entropy (kept in the batch until the advantage)."""
+        return self.enabled and self.source.from_recompute
 
     @property
     def reads_rollout_entropy(self) -> bool:
         """The advantage reads the rollout engine's entropy (the batch must carry ``rollout_entropy``)."""
-        return self.enabled and self.algo.entropy_source == "rollout"
+        return self.enabled and self.source.from_engine
 
     @property
     def reads_surprisal(self) -> bool:
-        """The advantage reads the sampled tokens' surprisal (the batch must carry verl's rollout log probs)."""
-        return self.enabled and self.algo.entropy_source == "surprisal"
+        """The advantage reads verl's rollout log probs (the sampled tokens' surprisal, their negation)."""
+        return self.enabled and self.source.needs_log_probs
 
     @property
     def actor_entropy_use(self) -> str:
         """What the actor's recompute entropy is for in this run, in words."""
-        return {"actor": "the bonus", "rollout": "the rollout-vs-actor agreement, egpo/entropy_rollout_vs_actor/*",
-                "surprisal": "the surprisal-vs-actor agreement, egpo/surprisal_vs_actor_entropy/*",
-                }[self.algo.entropy_source]
+        return self.source.actor_entropy_use
 
     @property
     def variant(self) -> str:
@@ -151,6 +157,6 @@ class EgpoSettings:
         correction = algorithm.get("rollout_correction", None) or {}
         settings = cls(algo=algo, enabled=estimator_name(algorithm.get("adv_estimator")) == ESTIMATOR_NAME,
                        bypass_mode=bool(correction.get("bypass_mode", False)))
-        if settings.enabled and settings.algo.entropy_source == "actor" and settings.bypass_mode:
+        if settings.reads_actor_recompute and settings.bypass_mode:
             raise bypass_with_actor_entropy_error(rollout_name)
         return settings

@@ -37,8 +37,9 @@ def test_dependency_direction(folder, forbidden):
 
 # lowest first; a room imports only rooms on floors below its own
 FLOORS = (
-    ("errors", "keys", "engines", "recipe_names", "significance", "run_state", "typos", "process_tree"),  # shared
-    ("patching", "advantage", "folders", "runner_console"),
+    ("errors", "entropy_sources", "engines", "recipe_names", "significance", "run_state", "typos",  # shared
+     "process_tree"),
+    ("keys", "patching", "advantage", "folders", "runner_console"),
     ("settings",),
     ("compat",),  # verl's table
     ("rollout",),  # the engines, where rollout entropy is born

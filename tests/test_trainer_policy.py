@@ -415,3 +415,50 @@ def test_the_registered_estimator_refuses_gtpo_and_grpo_s_in_one_line():
             egpo_estimator(batch.batch["token_level_rewards"], batch.batch["response_mask"],
                            index=batch.non_tensor_batch["uid"], config={"egpo_method": method},
                            token_level_entropy=batch.batch[ROLLOUT_ENTROPY], responses=batch.batch["responses"])
+
+
+METHOD_ARMS = {  # the method's every part: the advantage's kind, its form and span, STARE, the 80/20 selection
+    "egpo": [],
+    "egpo_token_response_span": ["algorithm.egpo_granularity=token", "algorithm.egpo_span=response"],
+    "stare": ["algorithm.egpo_token_reweighting=stare"],
+    "gtpo": ["algorithm.egpo_method=gtpo"],
+    "grpo_s": ["algorithm.egpo_method=grpo_s"],
+    "top_entropy": ["algorithm.egpo_token_selection=top_entropy"],
+    "top_entropy_per_response": ["algorithm.egpo_token_selection=top_entropy_per_response"],
+}
+
+
+@pytest.mark.parametrize("arm", sorted(METHOD_ARMS))
+def test_the_trainer_and_verls_registry_compute_one_method_or_the_registry_refuses_in_one_line(arm):
+    """One home for the method (egpo.advantage.method): the trainer's advantage step and the registered estimator,
+    handed the same batch, entropy, old log probs and solved score, give the same advantages; what the registry
+    cannot hand back (the update mask) or was not handed (old log probs, the solved score) is refused in one line,
+    never computed without it."""
+    from egpo.advantage.method import MethodInputError, compose_method
+    from egpo.advantage.registry import EntropyNotSuppliedError, egpo_estimator
+
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout", *METHOD_ARMS[arm])
+    batch = make_batch(True)
+    old_log_probs = -2 * torch.rand(BS, L, generator=torch.Generator().manual_seed(5)) * batch.batch["response_mask"]
+    batch.batch["old_log_probs"] = old_log_probs
+    handed = dict(token_level_rewards=batch.batch["token_level_rewards"].clone(),
+                  response_mask=batch.batch["response_mask"].clone(), index=batch.non_tensor_batch["uid"].copy(),
+                  token_level_entropy=batch.batch[ROLLOUT_ENTROPY].clone(), responses=batch.batch["responses"].clone(),
+                  prompts=batch.batch["prompts"].clone(), old_log_probs=old_log_probs.clone(), solved_score=1.0)
+    advantage_step.compute_egpo_advantage_step(batch, trainer.config.algorithm)
+    config = trainer.config.algorithm
+    if arm.startswith("top_entropy"):
+        with pytest.raises(EntropyNotSuppliedError) as refused:
+            egpo_estimator(config=config, **handed)
+        assert str(refused.value).count("\n") == 0 and "cannot hand on to the actor" in str(refused.value)
+        assert UPDATE_MASK in batch.batch.keys()  # the trainer's step puts it in the batch
+        return
+    advantages, returns = egpo_estimator(config=config, **handed)
+    assert torch.equal(advantages, batch.batch["advantages"]) and torch.equal(returns, batch.batch["returns"])
+    for needed in {"stare": ["old_log_probs"], "gtpo": ["solved_score"], "grpo_s": ["solved_score"]}.get(arm, []):
+        with pytest.raises(EntropyNotSuppliedError) as refused:
+            egpo_estimator(config=config, **{**handed, needed: None})
+        assert str(refused.value).count("\n") == 0 and "this caller does not hand it" in str(refused.value)
+        with pytest.raises(MethodInputError):  # the method itself, whoever calls it
+            compose_method(EgpoSettings.of(config).algo, entropy=handed["token_level_entropy"],
+                           **{k: v for k, v in handed.items() if k != "token_level_entropy"} | {needed: None})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from egpo.entropy_sources import ENTROPY_SOURCES
+
 ESTIMATOR = "algorithm.adv_estimator=egpo"
-SOURCE = {source: f"algorithm.entropy_source={source}" for source in ("actor", "rollout", "surprisal")}
+SOURCE = {source: f"algorithm.entropy_source={source}" for source in ENTROPY_SOURCES}
 VARIANTS = {  # name part -> overrides: EGPO's granularity and span (algorithm.egpo_granularity / egpo_span)
     "": (),
     "token_": ("algorithm.egpo_granularity=token",),

@@ -15,6 +15,7 @@ _HOME = {
     "prompt_ends_inside_think": "egpo.advantage.cot",
     "EgpoDiagnostics": "egpo.advantage.egpo",
     "compute_egpo_advantage": "egpo.advantage.egpo",
+    "compose_method": "egpo.advantage.method",
 }
 
 __all__ = sorted(_HOME)

@@ -15,9 +15,8 @@ from egpo.advantage.gtpo import GTPO_NORMS, METHODS, SHAPING_WEIGHTS, validate_m
 from egpo.advantage.variants import GRANULARITIES, SPANS, validate_egpo_coefficients, validate_egpo_variant
 from egpo.advantage.stare import STARE_VARIANTS, TOKEN_REWEIGHTINGS, validate_stare
 from egpo.advantage.token_selection import TOKEN_SELECTIONS, validate_token_selection
+from egpo.entropy_sources import DEFAULT_SOURCE, ENTROPY_SOURCES, source_help
 from egpo.typos import did_you_mean
-
-ENTROPY_SOURCES = ("actor", "rollout", "surprisal")
 
 
 def _key(default: Any, doc: str, choices: tuple = ()) -> Any:
@@ -31,10 +30,7 @@ class EgpoAlgorithmConfig:
                                     "z-scored (Tan et al. 2508.04349, Eqs. 3, 5, 6); grpo_s: GRPO-S's response "
                                     "rewards shaped by each response's mean entropy share, GRPO's z-score (Eqs. 8, 9)",
                             METHODS)
-    entropy_source: str = _key("actor", "actor: entropy of the old-log-prob recompute; rollout: entropy returned by "
-                                        "the rollout engine while sampling; surprisal: -log p of each sampled token, "
-                                        "from the rollout's log probs (rollout.calculate_log_probs=true)",
-                               ENTROPY_SOURCES)
+    entropy_source: str = _key(DEFAULT_SOURCE, source_help(), ENTROPY_SOURCES)
     egpo_lambda: float = _key(0.4, "weight of the clipped entropy bonus; 0 <= egpo_lambda < egpo_alpha")
     egpo_alpha: float = _key(2.0, "the bonus is clipped to |A| / egpo_alpha (> 0)")
     egpo_granularity: str = _key("response", "response: one bonus per response from the span's mean entropy (EGPO); "
@@ -78,10 +74,7 @@ class EgpoAlgorithmConfig:
             raise ValueError(
                 f"algorithm.entropy_source={self.entropy_source!r} is not one of "
                 f"{', '.join(repr(s) for s in ENTROPY_SOURCES)}"
-                f"{did_you_mean(self.entropy_source, ENTROPY_SOURCES)}: "
-                "'actor' uses the entropy of the old-log-prob "
-                "recompute, 'rollout' the entropy the rollout engine returns while sampling, 'surprisal' -log p of each "
-                "sampled token from the rollout's log probs")
+                f"{did_you_mean(self.entropy_source, ENTROPY_SOURCES)} ({source_help()})")
         validate_method(self, ALGORITHM_DEFAULTS)
         validate_egpo_coefficients(self.egpo_lambda, self.egpo_alpha, ALGORITHM_DEFAULTS)
         validate_egpo_variant(self.egpo_granularity, self.egpo_span, ALGORITHM_DEFAULTS)

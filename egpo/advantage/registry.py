@@ -3,7 +3,8 @@
 verl's ``compute_advantage`` hands a registered estimator only rewards, mask, uid and the ``algorithm``
 config: no entropy, no responses. The egpo trainer (``egpo.trainer``) routes ``egpo`` around that call
 with the entropy it keeps; the registered function exists so that ``adv_estimator=egpo`` run through a
-trainer that cannot supply entropy stops with an explanation instead of silently training GRPO.
+trainer that cannot supply entropy stops with an explanation instead of silently training GRPO, and so that a caller
+that hands it the entropy gets the method as the trainer computes it (:mod:`egpo.advantage.method`), or a refusal.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from egpo.advantage.config import EgpoAlgorithmConfig
-from egpo.advantage.egpo import egpo_advantage
+from egpo.advantage.method import compose_method, unhandable
 from egpo.advantage.variants import ESTIMATOR_NAME  # noqa: F401 - egpo.advantage.registry.ESTIMATOR_NAME, as callers import it
 from egpo.errors import EntropyError
 
@@ -28,9 +29,15 @@ def egpo_estimator(
     token_level_entropy=None,
     responses=None,
     starts_inside=None,
+    prompts=None,
+    old_log_probs=None,
+    solved_score=None,
     **kwargs,
 ):
-    """verl-registry entry point; needs ``token_level_entropy`` and ``responses`` from the egpo trainer."""
+    """verl-registry entry point: the method as egpo's trainer computes it (:func:`egpo.advantage.method.
+    compose_method`), from ``token_level_entropy`` and ``responses`` (and, where the settings read them, verl's
+    ``old_log_probs`` and the run's ``solved_score``), which verl's stock trainer does not hand it; what it cannot be
+    handed or hand back (the 80/20 selection's update mask) is refused in one line."""
     if token_level_entropy is None or responses is None:
         raise EntropyNotSuppliedError(
             "algorithm.adv_estimator=egpo needs per-token entropy and the response tokens, which verl's stock "
@@ -40,22 +47,17 @@ def egpo_estimator(
     if index is None:
         raise ValueError("adv_estimator=egpo needs the batch's `uid` (group index) in non_tensor_batch")
     algo = EgpoAlgorithmConfig.from_node(config)
-    if algo.egpo_method != "egpo":
-        raise EntropyNotSuppliedError(
-            f"algorithm.egpo_method={algo.egpo_method} counts a response correct at the run's solved score "
-            "(egpo.pass_at_k.solved_score), which verl's registry does not hand an estimator: run the job through "
-            "`python -m egpo.main`, whose trainer does")
-    advantages, returns, _ = egpo_advantage(
-        algo,
-        token_level_rewards=token_level_rewards,
-        response_mask=response_mask,
-        index=index,
-        token_level_entropy=token_level_entropy,
-        responses=responses,
-        norm_adv_by_std_in_grpo=(config or {}).get("norm_adv_by_std_in_grpo", True),  # verl's key and default
-        starts_inside=starts_inside,
-    )
-    return advantages, returns
+    why = unhandable(algo, old_log_probs=old_log_probs is not None, solved_score=solved_score is not None,
+                     update_mask=False)
+    if why:
+        raise EntropyNotSuppliedError(f"{why} (verl's registry): run the job through `python -m egpo.main`, whose "
+                                      "trainer does")
+    method = compose_method(algo, token_level_rewards=token_level_rewards, response_mask=response_mask, index=index,
+                            entropy=token_level_entropy, responses=responses,
+                            norm_adv_by_std_in_grpo=(config or {}).get("norm_adv_by_std_in_grpo", True),  # verl's
+                            prompts=prompts, starts_inside=starts_inside, old_log_probs=old_log_probs,
+                            solved_score=solved_score)
+    return method.advantages, method.returns
 
 
 def register() -> None:

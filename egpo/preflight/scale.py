@@ -29,6 +29,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from egpo.entropy_sources import SOURCES
 from egpo.preflight.findings import Finding, error, fact, warning
 
 GB = 1e9
@@ -52,9 +53,11 @@ FUSED_FIX = "actor_rollout_ref.model.use_fused_kernels=true"
 # host bytes per response token on the driver, bounds on the peak with every token valid (tests/test_scale.py
 # measures each function's peak resident memory at 4M tokens against these; the peak varies by a few bytes a token
 # from run to run with the order the allocator returns memory in)
-ROLLOUT_ENTROPY_BYTES = 4  # the (batch, response length) fp32 tensor
-ACTOR_ENTROPY_BYTES = 4  # the actor's recompute entropy, (batch, response length) fp32, kept in the batch
-SURPRISAL_BYTES = 4  # the negated rollout log probs, fp32 (egpo.trainer.advantage_step.source_entropy)
+# each entropy source's own tensor (egpo.entropy_sources: its driver_bytes), (batch, response length) fp32: the rollout
+# engine's entropy, the actor's recompute entropy kept in the batch, the negated rollout log probs
+ROLLOUT_ENTROPY_BYTES = SOURCES["rollout"].driver_bytes
+ACTOR_ENTROPY_BYTES = SOURCES["actor"].driver_bytes
+SURPRISAL_BYTES = SOURCES["surprisal"].driver_bytes
 AGREEMENT_BYTES = 48  # egpo.trainer.metrics.entropy_agreement: float64 copies of both, the valid tokens' indices
 SELECTION_BYTES = 24  # egpo.advantage.token_selection.top_entropy_mask: flags, the valid values, the narrowed mask
 STARE_BYTES = 64  # egpo.advantage.stare.stare_weights and the reweighted advantages: flags, surprisals, the weights
@@ -259,17 +262,19 @@ def _driver_parts(config, settings) -> list[tuple[str, int]]:
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
         int(config.data.max_response_length)
     parts = []
+    source = settings.source
     recompute = reads_actor_entropy(settings)  # the actor's recompute entropy reaches the driver
-    if recompute and settings.algo.entropy_source == "actor":  # verl drops it after its metric; egpo keeps it
-        parts.append(("actor entropy kept until the advantage", cells * ACTOR_ENTROPY_BYTES))
+    if recompute and source.from_recompute:  # verl drops it after its metric; egpo keeps it
+        parts.append((source.cost_words, cells * source.driver_bytes))
     if rollout_name(config) in ENTROPY_ROLLOUTS:  # egpo's engines return their entropy into every egpo run's batch
-        parts.append(("rollout entropy", cells * ROLLOUT_ENTROPY_BYTES))
+        engine = SOURCES["rollout"]
+        parts.append((engine.cost_words, cells * engine.driver_bytes))
         if recompute:
             parts.append(("rollout-vs-actor agreement", cells * AGREEMENT_BYTES))
-    if settings.reads_surprisal:
-        parts.append(("surprisal", cells * SURPRISAL_BYTES))
-        if not settings.bypass_mode:
-            parts.append(("surprisal-vs-actor agreement", cells * (SURPRISAL_BYTES + AGREEMENT_BYTES)))
+    if source.negated:  # verl's log probs are verl's cost; their negation, and its agreement, are egpo's
+        parts.append((source.cost_words, cells * source.driver_bytes))
+        if recompute:
+            parts.append((f"{source.name}-vs-actor agreement", cells * (source.driver_bytes + AGREEMENT_BYTES)))
     if settings.selects_tokens:
         parts.append(("80/20 selection", cells * SELECTION_BYTES))
     if settings.algo.egpo_token_reweighting == "stare":

@@ -2,32 +2,28 @@
 
 verl's ``RayPPOTrainer.fit`` calls the module-level ``verl.trainer.ppo.ray_trainer.compute_advantage``, looked
 up at call time, and that function hands registered estimators no entropy. :func:`install` wraps it once per
-process: ``egpo`` is computed here from the batch (entropy chosen by ``algorithm.entropy_source``, responses,
-prompts), and with ``algorithm.egpo_token_selection=top_entropy`` the 80/20 rule's mask (``egpo_update_mask``) from
-the same entropy; every other estimator goes to verl's function untouched. The wrap is guarded: if verl's shapes
+process: for ``egpo`` this module takes from the batch what the method reads (the entropy ``algorithm.entropy_source``
+names, responses, prompts, verl's old log probs), has :func:`egpo.advantage.method.compose_method` compute it, and
+puts its advantages and update mask (``egpo_update_mask``) back, its entropy keys dropped and its metrics in
+``meta_info``: batch plumbing only. Every other estimator goes to verl's function untouched. The wrap is guarded: if verl's shapes
 change, start-up fails with the names of what changed.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
-
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
-from egpo.advantage.cot import prompt_ends_inside_think
-from egpo.advantage.egpo import egpo_advantage
-from egpo.advantage.gtpo import shaped_advantage
+from egpo.advantage.method import compose_method, unhandable
 from egpo.advantage.variants import ESTIMATOR_NAME
-from egpo.advantage.stare import stare_weights
-from egpo.advantage.token_selection import top_entropy_mask
 from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.compat.verl_shapes import VerlShapeError
 from egpo.errors import EntropyError
 from egpo.patching import Patch, parameters
+from egpo.entropy_sources import DEFAULT_SOURCE, ENTROPY_SOURCES
 from egpo.settings import ENTROPY_ROLLOUTS, LOG_PROBS, EgpoSettings
-from egpo.keys import (EGPO_BATCH_BYTES, ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_BATCH_BYTES, STEP_METRICS,
+from egpo.keys import (EGPO_BATCH_BYTES, STEP_BATCH_BYTES, STEP_METRICS,
                        TRANSIENT_BATCH_KEYS, UPDATE_MASK)
 
 _EXPECTED_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
@@ -52,23 +48,9 @@ def _check_verl_shape() -> None:
 
 
 def missing_entropy_message(settings: EgpoSettings) -> str:
-    if settings.algo.entropy_source == "rollout":
-        return (
-            f"algorithm.entropy_source=rollout but the batch has no '{ROLLOUT_ENTROPY}': the rollout did not return "
-            "per-token entropy. Use egpo's rollout path (the egpo recipes set "
-            "actor_rollout_ref.rollout.agent.agent_loop_manager_class to egpo's entropy agent-loop manager, which "
-            f"serves rollout names {', '.join(ENTROPY_ROLLOUTS)}), or use algorithm.entropy_source=actor."
-        )
-    if settings.reads_surprisal:
-        return (
-            f"algorithm.entropy_source=surprisal reads -log p of each sampled token from verl's '{ROLLOUT_LOG_PROBS}', "
-            "which this batch lacks: the rollout returns its log probs only with "
-            f"++{LOG_PROBS}=true (or use algorithm.entropy_source=actor)."
-        )
-    return (
-        "algorithm.entropy_source=actor but the actor's entropy was not kept for the advantage: the step did not run "
-        "the old-log-prob recompute through egpo.trainer.EgpoRayPPOTrainer. Run through `python -m egpo.main`."
-    )
+    """Why the batch lacks the source's key, and the fix (:mod:`egpo.entropy_sources`)."""
+    return settings.source.missing.format(key=settings.entropy_key, engines=", ".join(ENTROPY_ROLLOUTS),
+                                          log_probs=LOG_PROBS)
 
 
 def source_entropy(batch, settings: EgpoSettings):
@@ -76,7 +58,7 @@ def source_entropy(batch, settings: EgpoSettings):
     entropy as kept, or the sampled token's surprisal, the negation of verl's rollout log probs (a new tensor: verl's
     own stays as it is)."""
     values = batch[settings.entropy_key]
-    return values.neg() if settings.reads_surprisal else values
+    return values.neg() if settings.source.negated else values
 
 
 _RUN = {"solved_score": 1.0}  # the run's, set once by the trainer (set_solved_score); pass@k's default till then
@@ -105,58 +87,24 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
             f"batch['{settings.entropy_key}'] has shape {tuple(entropy.shape)} but responses has shape "
             f"{tuple(responses.shape)}: entropy must be aligned 1:1 with the response tokens"
         )
-    starts_inside = None
-    if algo.cot_start_token_id is not None and algo.cot_end_token_id is not None and "prompts" in batch.keys():
-        starts_inside = prompt_ends_inside_think(batch["prompts"], algo.cot_start_token_id, algo.cot_end_token_id)
-    shaped = None
-    if algo.egpo_method != "egpo":  # GTPO or GRPO-S: EGPO's entropy figures are still logged, for every arm alike
-        shaped = shaped_advantage(algo, token_level_rewards=batch["token_level_rewards"],
-                                  response_mask=batch["response_mask"], index=data.non_tensor_batch["uid"],
-                                  entropy=entropy, solved_score=_RUN["solved_score"],
-                                  norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
-    advantages, returns, diagnostics = egpo_advantage(
-        algo if shaped is None else replace(algo, egpo_method="egpo", egpo_lambda=0.0),
-        token_level_rewards=batch["token_level_rewards"],
-        response_mask=batch["response_mask"],
-        index=data.non_tensor_batch["uid"],
-        token_level_entropy=entropy,
-        responses=responses,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        starts_inside=starts_inside,
-    )
-    if shaped is not None:
-        advantages = returns = shaped.advantages.to(batch["token_level_rewards"].dtype)
-    reweighted = None
-    if algo.egpo_token_reweighting == "stare":  # STARE: the top-surprisal tokens' advantages, while entropy is low
-        if "old_log_probs" not in batch.keys():
-            raise MissingEntropyError("algorithm.egpo_token_reweighting=stare reads each token's surprisal from "
-                                      "batch['old_log_probs'], which this batch lacks; run through `python -m "
-                                      "egpo.main` (verl's recompute, or bypass mode's rollout log probs, fills it)")
-        reweighted = stare_weights(advantages, batch["old_log_probs"], entropy, batch["response_mask"],
-                                   variant=algo.stare_variant, top_ratio=algo.stare_top_ratio, w=algo.stare_w,
-                                   m=algo.stare_m, target_entropy=algo.stare_target_entropy)
-        advantages = returns = advantages * reweighted.weights
-    batch["advantages"] = advantages
-    batch["returns"] = returns
-    selection = None
-    if settings.selects_tokens:  # the 80/20 rule: the mask the actor update trains on, from the same entropy
-        selection = top_entropy_mask(entropy, batch["response_mask"], algo.egpo_top_entropy_quantile,
-                                     per_response=settings.selects_per_response)
-        batch[UPDATE_MASK] = selection.mask
+    old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else None
+    why = unhandable(algo, old_log_probs=old_log_probs is not None, solved_score=True, update_mask=True)
+    if why:  # verl's recompute, or bypass mode's rollout log probs, fills old_log_probs in egpo's trainer
+        raise MissingEntropyError(f"{why}: this batch lacks it; run through `python -m egpo.main`")
+    method = compose_method(algo, token_level_rewards=batch["token_level_rewards"],
+                            response_mask=batch["response_mask"], index=data.non_tensor_batch["uid"],
+                            entropy=entropy, responses=responses, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+                            prompts=batch["prompts"] if "prompts" in batch.keys() else None,
+                            old_log_probs=old_log_probs, solved_score=_RUN["solved_score"])
+    batch["advantages"] = method.advantages
+    batch["returns"] = method.returns
+    if method.update_mask is not None:  # the 80/20 rule: the mask the actor update trains on
+        batch[UPDATE_MASK] = method.update_mask
     held = batch_bytes(batch)  # at its fullest: egpo's keys still in it (sizes only, no copy and no sync)
     for key in TRANSIENT_BATCH_KEYS:
         if key in batch.keys():
             batch.pop(key)
-    metrics = diagnostics.as_metrics()  # an undefined figure (no span, no markers) is left out
-    metrics.update(held)
-    if selection is not None:
-        metrics.update(selection.metrics())
-    if reweighted is not None:
-        metrics.update(reweighted.metrics())
-    if shaped is not None:
-        metrics.update(shaped.metrics(f"egpo/{algo.egpo_method}"))
-    metrics["egpo/starts_inside_frac"] = float(starts_inside.float().mean()) if starts_inside is not None else 0.0
-    metrics.update(variant_metrics(settings))
+    metrics = {**method.metrics, **held, **variant_metrics(settings)}
     add_step_metrics(data, metrics)
     return data
 
@@ -171,8 +119,8 @@ def batch_bytes(batch) -> dict[str, float]:
 def variant_metrics(settings: EgpoSettings) -> dict[str, float]:
     """Which estimator variant ran, as step metrics (1.0 / 0.0)."""
     return {
-        "egpo/entropy_source_is_rollout": float(settings.algo.entropy_source == "rollout"),
-        "egpo/entropy_source_is_surprisal": float(settings.algo.entropy_source == "surprisal"),
+        **{f"egpo/entropy_source_is_{name}": float(settings.algo.entropy_source == name)
+           for name in ENTROPY_SOURCES if name != DEFAULT_SOURCE},
         "egpo/granularity_is_token": float(settings.algo.egpo_granularity == "token"),
         "egpo/span_is_response": float(settings.algo.egpo_span == "response"),
     }

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import torch
 
-PREFIX = "egpo/entropy_rollout_vs_actor/"  # the rollout engine's entropy against the actor's
-SURPRISAL_PREFIX = "egpo/surprisal_vs_actor_entropy/"  # -log p of the sampled token against the actor's entropy
+from egpo.entropy_sources import SOURCES
+
+PREFIX = SOURCES["rollout"].agreement_prefix  # the rollout engine's entropy against the actor's
+SURPRISAL_PREFIX = SOURCES["surprisal"].agreement_prefix  # -log p of the sampled token against the actor's entropy
 
 
 def entropy_agreement(rollout_entropy: torch.Tensor, actor_entropy: torch.Tensor, response_mask: torch.Tensor,

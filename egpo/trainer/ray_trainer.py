@@ -117,7 +117,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
             old_log_prob, mfu = super()._compute_old_log_prob(batch)
         actor_entropy = old_log_prob.batch.get("entropys", None) if old_log_prob.batch is not None else None
         computed = actor_entropy is not None and actor_entropy_computed(actor_entropy, batch.batch["response_mask"])
-        if self.egpo.enabled and self.egpo.algo.entropy_source == "actor":
+        if self.egpo.reads_actor_recompute:
             if not computed:
                 raise advantage_step.MissingEntropyError(UNCOMPUTED_ACTOR_ENTROPY if actor_entropy is not None else
                                                          "the actor's old-log-prob recompute returned no 'entropys'; "
