@@ -44,8 +44,8 @@ def chunk_tensors(rows: int, prompt: int, response: int, vocab: int, seed: int =
 
 
 def write_chunk(out: Path, k: int, tensors: dict, tokenizer) -> float:
-    from egpo.generate.rows import rows_table
-    from egpo.generate.store import SampleStore
+    from egpo.runs.generation_rows import rows_table
+    from egpo.runs.generation_store import SampleStore
 
     store = SampleStore(out)
     store.samples.mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ def rollout_and_rows(rows: int, response_length: int) -> None:
         rollout = time.perf_counter() - started
         lengths = [len(o.token_ids) for o in out]
         width = max(lengths)
-        from egpo.generate.rows import padded
+        from egpo.runs.generation_rows import padded
 
         responses, mask = padded([t for o in out for t in o.token_ids], lengths, width, 0, left=False)
         entropy = torch.zeros(mask.shape)

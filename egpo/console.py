@@ -1,7 +1,7 @@
 """A main job's console: what verl prints at length is kept in the run directory and said in one line.
 
 In verl's task-runner process (egpo's runner, before verl's ``run``), for a run with a run directory
-(:mod:`egpo.run_dir`):
+(:mod:`egpo.runs.main_dir`):
 
 * verl's dump of the whole configuration (``pprint`` in ``TaskRunner.run``, about 900 lines) becomes one line naming
   the run's ``config.yaml``;

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from egpo.run_state import CONFIG, LATEST, METRICS_FILE, RUN
+from egpo.runs.state import CONFIG, LATEST, METRICS_FILE, RUN
 from egpo.typos import did_you_mean
 
 MISSING, GENERATION, TRAINING, ABLATION, OTHER = "missing", "generation", "training", "ablation", "other"

@@ -24,7 +24,7 @@ def run(config: DictConfig) -> None:
     from egpo.advantage.registry import register as register_estimator
     from egpo.preflight.finished_run import finished_run
     from egpo.preflight.prepare import prepare_config
-    from egpo.run_dir import RunOutputs
+    from egpo.runs.main_dir import RunOutputs
     from egpo.runner import EgpoTaskRunner
     from egpo.trainer.placement import OnDriverNode
 

@@ -31,6 +31,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from egpo.runs.ablation_dir import RUN_NAME as NAME  # a run folder's name: its arm and seed
+
 METRICS = {
     "egpo/cot_entropy_mean": "CoT entropy (nats/token)",
     "egpo/response_entropy_mean": "response entropy (nats/token)",
@@ -47,7 +49,6 @@ METRICS = {
     "egpo/token_selection/kept_frac": "kept token fraction (80/20 rule)",
 }
 PASS_AT_K = re.compile(r"^val-egpo/pass@(?P<k>\d+)$")  # the whole validation set's pass@k
-NAME = re.compile(r"^(?P<arm>.+)__seed(?P<seed>\d+)$")
 
 Series = dict[int, dict[str, float]]  # step -> metrics
 
@@ -63,7 +64,7 @@ def read_metrics(path: Path) -> Series:
 
 
 def identify(path: Path) -> tuple[str, int]:
-    from egpo.run_state import RUN
+    from egpo.runs.state import RUN
 
     meta = path.parent / RUN
     if meta.exists():
@@ -73,7 +74,7 @@ def identify(path: Path) -> tuple[str, int]:
         match = NAME.match(name)
         if match:
             return match["arm"], int(match["seed"])
-    from egpo.run_state import METRICS_FILE
+    from egpo.runs.state import METRICS_FILE
 
     return (path.parent.name if path.name == METRICS_FILE else path.stem), 0  # a main job's run directory
 
@@ -81,7 +82,7 @@ def identify(path: Path) -> tuple[str, int]:
 def load_runs(root: Path, left_out: list[str] | None = None) -> dict[str, dict[int, Series]]:
     """arm -> seed -> step -> metrics. An ablation run directory (``run.json``) counts once it finished
     (``done.json``); the names of the others go to ``left_out``. A running attempt's own file is never read."""
-    from egpo.run_state import ATTEMPT_METRICS, DONE, RUN
+    from egpo.runs.state import ATTEMPT_METRICS, DONE, RUN
 
     runs: dict[str, dict[int, Series]] = defaultdict(dict)
     for path in sorted(root.rglob("*.jsonl")):
@@ -213,7 +214,7 @@ def metric_titles(runs) -> dict[str, str]:
     """The metrics the report compares, in order: :data:`METRICS` that some run logged, then pass@1 and pass@n."""
     logged = {name for seeds in runs.values() for series in seeds.values() for values in series.values()
               for name in values}
-    from egpo.ablation.generation import TOKEN_METRICS
+    from egpo.analyze.run_figures import TOKEN_METRICS
 
     titles = {metric: title for metric, title in METRICS.items() if metric in logged}
     ks = pass_at_k_metrics(runs)
@@ -226,11 +227,10 @@ def metric_titles(runs) -> dict[str, str]:
 def analyze_hint(root: Path, runs, baseline: str) -> str:
     """The egpo.analyze command that compares, token by token, the base model's reading of its own responses with
     each arm's first seed's (the baseline's first), every run named."""
-    from egpo.ablation.arms import run_name
-    from egpo.ablation.generation import ON_BASE
-    from egpo.run_state import DONE
+    from egpo.runs.ablation_dir import BASE_SCORED, ON_BASE, run_name
+    from egpo.runs.state import DONE
 
-    folders, names = [root / "generate_base_scored"], ["base"]
+    folders, names = [root / BASE_SCORED], ["base"]
     for arm in sorted(runs, key=lambda arm: arm != baseline):
         for seed in sorted(runs[arm]):
             folder = root / run_name(arm, seed) / ON_BASE
@@ -244,10 +244,10 @@ def analyze_hint(root: Path, runs, baseline: str) -> str:
 
 
 def add_token_metrics(root: Path, runs) -> int:
-    """Each finished ablation run's figures from ``egpo.ablation --generate`` (:mod:`egpo.ablation.generation`), as
+    """Each finished ablation run's figures from ``egpo.ablation --generate`` (:mod:`egpo.analyze.run_figures`), as
     metrics at its last step; returns how many runs had them."""
-    from egpo.ablation.generation import token_metrics
-    from egpo.run_state import DONE, RUN
+    from egpo.analyze.run_figures import token_metrics
+    from egpo.runs.state import DONE, RUN
 
     added = 0
     for meta in sorted(root.glob(f"*/{RUN}")):

@@ -31,14 +31,14 @@ class EgpoTaskRunner(ENTRY.base):
     @staticmethod
     def kept_files(config) -> tuple:
         """(the file that keeps the run's configuration, the file that keeps its metrics), or (None, None)."""
-        from egpo.run_dir import run_directory
-        from egpo.run_state import CONFIG, METRICS_FILE
+        from egpo.runs.main_dir import run_directory
+        from egpo.runs.state import CONFIG, METRICS_FILE
 
         where = run_directory(config)
         return (where / CONFIG, where / METRICS_FILE) if where is not None else (None, None)
 
     def finished(self, config, seconds: float) -> None:
-        from egpo.run_dir import end_runner_output
+        from egpo.runs.main_dir import end_runner_output
 
         end_runner_output(config, seconds)  # the driver's closing summary follows it
 

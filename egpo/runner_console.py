@@ -153,3 +153,11 @@ class RunnerConsole:
 
         if ray.is_initialized() and not self._ray_before:
             ray.shutdown()
+
+
+def duration(seconds: float) -> str:
+    """A time on the console: ``1h02m``, ``3m05s``, ``7s`` (a generation's and an ablation's progress lines)."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

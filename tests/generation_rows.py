@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 
-from egpo.generate.store import COLUMNS, SampleStore
+from egpo.runs.generation_store import COLUMNS, SampleStore
 
 START, END = 3, 4  # the runs' <think> and </think> ids
 

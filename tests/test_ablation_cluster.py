@@ -21,7 +21,7 @@ import torch
 
 from ablation_runs import ARM, RUN, STEPS, ablation, training_metrics, wait_for, weights, with_demo_data
 from conftest import VERL
-from egpo.run_state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
+from egpo.runs.state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
 
 if VERL == "0.7.1":
     pytest.skip("the cluster dispatch is egpo's, the same on both stacks: this slow test runs on verl 0.9.1",

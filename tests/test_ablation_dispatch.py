@@ -18,7 +18,7 @@ import pytest
 
 from egpo.ablation.attempt import write_run
 from egpo.ablation.cluster import JobDispatch, capacity, run_resources, runtime_env
-from egpo.run_state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
+from egpo.runs.state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
 from test_recipes import RECIPES
 
 ADDRESS = "http://head:8265"

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from egpo.ablation.arms import ARMS, seed_overrides
-from egpo.ablation.generation import BASE, BASE_SCORED, GENERATED, ON_BASE, generation_commands, token_metrics
+from egpo.ablation.generation import generation_commands
+from egpo.analyze.run_figures import token_metrics
+from egpo.runs.ablation_dir import BASE, BASE_SCORED, GENERATED, ON_BASE
 from egpo.report import write_report
 from generation_rows import random_rows, write_run
 

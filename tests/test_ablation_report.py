@@ -216,7 +216,7 @@ def test_one_seed_is_reported_as_untested_and_the_report_opens_with_what_was_com
 
     from egpo.ablation.arms import ARMS
     from egpo.ablation.attempt import write_run as write_run_json
-    from egpo.run_state import DONE
+    from egpo.runs.state import DONE
 
     for arm, value in (("grpo", 1.0), ("egpo_rollout", 1.25)):
         work = tmp_path / f"{arm}__seed0"

@@ -10,9 +10,10 @@ import torch
 
 from egpo.generate.options import (CheckpointError, GenerateOptions, check_checkpoint_world_size,
                                    resolve_checkpoint)
-from egpo.generate.progress import Progress, duration
-from egpo.generate.rows import arrow_lists, padded, ragged, rows_table, sample_numbers
-from egpo.generate.store import COLUMNS, GenerationRunError, SampleStore, iter_parts, part_numbers
+from egpo.generate.progress import Progress
+from egpo.runner_console import duration
+from egpo.runs.generation_rows import arrow_lists, padded, ragged, rows_table, sample_numbers
+from egpo.runs.generation_store import COLUMNS, GenerationRunError, SampleStore, iter_parts, part_numbers
 
 
 class Chars:

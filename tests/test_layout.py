@@ -28,6 +28,9 @@ def egpo_imports(path: Path) -> set[str]:
     ("advantage", ("egpo.trainer", "egpo.rollout", "egpo.main", "egpo.settings", "egpo.keys", "egpo.probe", "egpo.cpu")),
     ("preflight", ("egpo.main", "egpo.ablation", "egpo.report", "egpo.trainer")),  # before Ray, below the entry points
     ("compat", ("egpo.rollout", "egpo.trainer", "egpo.preflight", "egpo.main", "egpo.cpu", "egpo.probe")),  # verl's table
+    # the reading tools read a run on disk (runs/), never through the tools that wrote it
+    ("analyze", ("egpo.main", "egpo.generate", "egpo.ablation", "egpo.rehearse", "egpo.report")),
+    ("runs", ("egpo.main", "egpo.generate", "egpo.ablation", "egpo.rehearse", "egpo.analyze", "egpo.trainer")),
 ])
 def test_dependency_direction(folder, forbidden):
     offenders = {str(p.relative_to(PACKAGE)): sorted(m for m in egpo_imports(p) if m.startswith(forbidden))
@@ -37,22 +40,16 @@ def test_dependency_direction(folder, forbidden):
 
 # lowest first; a room imports only rooms on floors below its own
 FLOORS = (
-    ("errors", "entropy_sources", "engines", "recipe_names", "significance", "run_state", "typos",  # shared
-     "process_tree"),
-    ("keys", "patching", "advantage", "folders", "runner_console"),
-    ("settings",),
-    ("compat",),  # verl's table
-    ("rollout",),  # the engines, where rollout entropy is born
-    ("probe",),
-    ("cpu",),
-    ("demo", "run_dir"),
-    ("console", "trainer"),  # trainer/: the trainer process
+    ("errors", "entropy_sources", "engines", "recipe_names", "significance", "typos", "process_tree",  # shared
+     "runner_console"),
+    ("keys", "patching", "advantage", "runs"),  # runs/: a run on disk, whichever tool wrote it
+    ("settings", "folders"),
+    ("compat", "analyze"),  # compat/: verl's table; analyze/: a reading tool, below every running one
+    ("rollout", "probe", "report"),  # rollout/: the engines, where rollout entropy is born; report: a reading tool
+    ("cpu", "console", "trainer"),  # trainer/: the trainer process
+    ("demo", "runner"),
     ("preflight",),  # the driver before Ray
-    ("data", "runner"),
-    ("main", "generate", "rehearse"),  # the entry points and the tools
-    ("analyze",),
-    ("ablation",),
-    ("report",),
+    ("main", "generate", "rehearse", "ablation", "data"),  # the running tools and entry points, side by side
 )
 
 
@@ -172,3 +169,8 @@ def test_the_package_imports_nothing_only_the_tests_install():
             if found:
                 offenders.setdefault(str(path.relative_to(PACKAGE)), []).extend(found)
     assert not offenders, offenders
+
+
+def test_the_report_reads_runs_without_the_tools_that_wrote_them():
+    running = ("egpo.main", "egpo.generate", "egpo.ablation", "egpo.rehearse", "egpo.trainer")
+    assert not {m for m in egpo_imports(PACKAGE / "report.py") if m.startswith(running)}

@@ -182,7 +182,7 @@ def test_a_run_killed_in_a_save_steps_validation_keeps_the_save_and_every_step(t
 
     from egpo.demo.smoke_run import run_metrics, smoke_command
     from egpo.process_tree import kill_tree
-    from egpo.run_state import ATTEMPT_METRICS, VALIDATION_OWED, read_steps
+    from egpo.runs.state import ATTEMPT_METRICS, VALIDATION_OWED, read_steps
 
     overrides = ("trainer.total_training_steps=4", "trainer.save_freq=2", *COMMON[1:], *VALIDATION)
     checkpoints = tmp_path / "checkpoints"

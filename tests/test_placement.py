@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from egpo.run_state import NODES as NODES_FILE
+from egpo.runs.state import NODES as NODES_FILE
 from egpo.trainer.placement import placing_on_run_nodes, pool_node_ids, record_run_nodes, run_nodes_only
 
 OWN, FOREIGN, DEAD = "a1" * 28, "b2" * 28, "c3" * 28  # Ray's node ids: 56 hex digits
@@ -215,7 +215,7 @@ def test_a_worker_that_fails_to_start_after_the_pools_exist_leaves_the_pools_nod
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from egpo.run_state import CHECKPOINTS, run_nodes
+    from egpo.runs.state import CHECKPOINTS, run_nodes
     from egpo.trainer import placement
     from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
 

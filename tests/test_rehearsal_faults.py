@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from egpo.ablation.rehearsal_cluster import Fault, Faults
-from egpo.run_state import ATTEMPT, ATTEMPT_METRICS, DONE, LOG, RUN, TRAINING_STEP_KEY
+from egpo.runs.state import ATTEMPT, ATTEMPT_METRICS, DONE, LOG, RUN, TRAINING_STEP_KEY
 
 
 class Node:

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from conftest import VERL
 from test_recipes import RECIPES
 
-from egpo.rehearse.plan import plan, schedule
+from egpo.preflight.rehearsal_plan import plan, schedule
 from egpo.rehearse.schedule import expected_events
 
 
@@ -245,7 +245,7 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
     assert "NOT HELD" not in proc.stdout
     assert f"1 done of 1 run(s)" in proc.stdout  # --status, printed by the rehearsal
     assert f"[ablation] python -m egpo.report {out} --window 1: report: {out / 'report.md'}" in proc.stdout
-    from egpo.run_state import checkpoint_steps, logged_steps
+    from egpo.runs.state import checkpoint_steps, logged_steps
 
     for arm in ("egpo_rollout",):
         work = out / f"{arm}__seed0"

@@ -11,7 +11,7 @@ from conftest import VERL
 from sglang_required import require_sglang  # noqa: E402
 from cpu_engine_lock import one_engine_at_a_time  # noqa: E402
 
-from egpo.run_state import CONFIG
+from egpo.runs.state import CONFIG
 
 require_sglang()
 

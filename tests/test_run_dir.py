@@ -1,4 +1,4 @@
-"""egpo.run_dir: a main job's run directory (config, metrics, log, checkpoints), its start line and closing summary,
+"""egpo.runs.main_dir: a main job's run directory (config, metrics, log, checkpoints), its start line and closing summary,
 and metrics continued across resumed attempts, each step once."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from conftest import VERL
 from omegaconf import OmegaConf
 
-from egpo import run_dir
-from egpo.run_state import ATTEMPT_METRICS, METRICS_FILE, read_steps
+from egpo.runs import main_dir as run_dir
+from egpo.runs.state import ATTEMPT_METRICS, METRICS_FILE, read_steps
 
 
 def config(where, **trainer):
@@ -284,7 +284,7 @@ import time
 
 import ray
 from omegaconf import OmegaConf
-from egpo import run_dir
+from egpo.runs import main_dir as run_dir
 
 cfg = OmegaConf.create({"trainer": {"default_local_dir": sys.argv[1], "logger": ["console"], "save_freq": -1,
                                     "resume_mode": "auto"}})

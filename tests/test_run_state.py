@@ -1,4 +1,4 @@
-"""A run directory's state across attempts (egpo.run_state), by hand-made files: what an attempt keeps of the one that
+"""A run directory's state across attempts (egpo.runs.state), by hand-made files: what an attempt keeps of the one that
 died, each step once, the checkpoints kept, the status a run shows, and what the report leaves out."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from egpo.run_state import (ATTEMPT, ATTEMPT_METRICS, CHECKPOINTS, DONE, LATEST, METRICS_FILE, RUN, begin_attempt,
+from egpo.runs.state import (ATTEMPT, ATTEMPT_METRICS, CHECKPOINTS, DONE, LATEST, METRICS_FILE, RUN, begin_attempt,
                             checkpoint_steps, end_attempt, logged_steps, prune_checkpoints, read_steps, run_status)
 
 
@@ -63,7 +63,7 @@ def test_a_checkpoint_whose_step_was_logged_before_its_validation_is_kept_and_th
     attempt resumes there, and its command validates before training; a checkpoint of a run that egpo never logged
     (no metrics file at all) is verl's to resume from, untouched."""
     from egpo.ablation.attempt import NO_REVALIDATION, REVALIDATION, attempt_command
-    from egpo.run_state import VALIDATION_OWED, validation_owed
+    from egpo.runs.state import VALIDATION_OWED, validation_owed
 
     write_steps(tmp_path / ATTEMPT_METRICS, [1, 2])
     checkpoint(tmp_path, 1, 2)

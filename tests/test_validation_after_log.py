@@ -5,7 +5,7 @@ tests/test_run_state.py's and, end to end, tests/test_main_cpu.py's."""
 import pytest
 from verl.utils.tracking import Tracking
 
-from egpo.run_state import VALIDATION_OWED
+from egpo.runs.state import VALIDATION_OWED
 from egpo.trainer import validation_after_log
 from egpo.trainer.validation_after_log import TRACKING_LOG, DeferredValidation
 

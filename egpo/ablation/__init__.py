@@ -11,7 +11,7 @@ its metrics to ``DIR/<arm>__seed<k>/metrics.jsonl`` (one ``{"step": n, "data": {
 to ``log.txt`` beside it, and ``run.json`` records the command. A run that finished (``done.json``) is skipped, so
 the same command resumes an interrupted ablation. Every run saves verl checkpoints every ``--save-every`` steps
 (default: a tenth of the run) and keeps the last ``--keep``; a run that died resumes from its last checkpoint (verl's
-``trainer.resume_mode=auto``) with its metrics continued, each step once (:mod:`egpo.run_state`). A failed attempt is
+``trainer.resume_mode=auto``) with its metrics continued, each step once (:mod:`egpo.runs.state`). A failed attempt is
 retried up to ``--retries`` times, its log's tail printed. A recipe that builds a demo (``egpo_demo``) builds it
 once, in ``DIR/demo``, for every run. ``python -m egpo.report DIR`` turns the directory into a report.
 

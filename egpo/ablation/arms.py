@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from egpo.entropy_sources import ENTROPY_SOURCES
+from egpo.runs.ablation_dir import run_name  # noqa: F401 - egpo.ablation.run_name: an arm and seed's folder
 
 ESTIMATOR = "algorithm.adv_estimator=egpo"
 SOURCE = {source: f"algorithm.entropy_source={source}" for source in ENTROPY_SOURCES}
@@ -80,5 +81,3 @@ def seed_overrides(seed: int) -> tuple[str, ...]:
     return (*run_seed_overrides(seed), f"++data.seed={seed}")
 
 
-def run_name(arm: str, seed: int) -> str:
-    return f"{arm}__seed{seed}"

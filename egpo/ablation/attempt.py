@@ -24,7 +24,7 @@ from pathlib import Path
 
 from egpo.ablation.arms import ARMS, run_name, seed_overrides
 from egpo.process_tree import kill_tree
-from egpo.run_state import (ATTEMPT_METRICS, CHECKPOINTS, FAILED, LOG, RUN, TRAINING_STEP_KEY, begin_attempt,
+from egpo.runs.state import (ATTEMPT_METRICS, CHECKPOINTS, FAILED, LOG, RUN, TRAINING_STEP_KEY, begin_attempt,
                              end_attempt, installed_versions, logged_steps, record_attempt, run_nodes, validation_owed)
 
 
@@ -81,7 +81,7 @@ def attempt_command(command: list[str], resume: int, validation_owed: bool = Fal
     """The run's command for an attempt that resumes from step ``resume``: a resumed attempt does not validate before
     training (the step it resumes from was validated, where it was due, by the attempt that reached it; verl would
     validate all over again at that step, a full validation's generations per resume), unless the attempt that
-    reached it stopped during that validation (``validation_owed``: :func:`egpo.run_state.validation_owed`)."""
+    reached it stopped during that validation (``validation_owed``: :func:`egpo.runs.state.validation_owed`)."""
     if resume <= 0:
         return list(command)
     return [*command, REVALIDATION if validation_owed else NO_REVALIDATION]

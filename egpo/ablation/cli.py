@@ -10,7 +10,7 @@ from pathlib import Path
 
 from egpo.ablation.arms import ARM_SETS, ARMS, DEFAULT_ARMS, expand_arms, run_name
 from egpo.ablation.attempt import override_value, run_command, write_run
-from egpo.run_state import CHECKPOINTS, DONE
+from egpo.runs.state import CHECKPOINTS, DONE
 from egpo.typos import did_you_mean
 
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, stop_as_on_ctrl_c)
     if args.rehearse:  # its cluster's token, before anything of Ray's is imported (Ray reads it once)
         from egpo.ablation.rehearsal_cluster import RehearsalCluster
-        from egpo.rehearse.plan import RANKS
+        from egpo.preflight.rehearsal_plan import RANKS
 
         own = RehearsalCluster(RANKS)
     args.out = args.out.resolve()

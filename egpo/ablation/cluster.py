@@ -30,7 +30,7 @@ from typing import Callable
 from omegaconf import OmegaConf
 
 from egpo.ablation.attempt import FAST_FAILURE_LIMIT, last_step, log_tail, stalled
-from egpo.run_state import DONE, FAILED, JOB
+from egpo.runs.state import DONE, FAILED, JOB
 
 # a run joins the cluster: its resources are those `ray start` gave each node, not ray.init's
 CLUSTER_OVERRIDES = ("++ray_kwargs.ray_init.address=auto", "++ray_kwargs.ray_init.num_cpus=null",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from egpo.ablation.attempt import FAST_FAILURE_LIMIT, last_step, log_tail, run_attempt, stalled
 from egpo.ablation.progress import StepProgress
-from egpo.run_state import DONE, LOG, RUN
+from egpo.runs.state import DONE, LOG, RUN
 
 
 def run_steps(work: Path) -> int:

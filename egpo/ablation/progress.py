@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import time
 
-from egpo.generate.progress import duration
-from egpo.run_state import TRAINING_STEP_KEY
+from egpo.runner_console import duration
+from egpo.runs.state import TRAINING_STEP_KEY
 
 AT_LEAST_EVERY_S = 300.0
 GENERATE_LINE = re.compile(r"\[egpo\] (?:generate|score) (\[[#-]+\] .*)$")

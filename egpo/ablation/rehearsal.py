@@ -1,5 +1,5 @@
 """``python -m egpo.ablation --rehearse``: the ablation of a recipe rehearsed on this CPU before its GPU hours. Every
-arm runs with the recipe's own configuration, changed only where a CPU cannot hold it (:mod:`egpo.rehearse.plan`:
+arm runs with the recipe's own configuration, changed only where a CPU cannot hold it (:mod:`egpo.preflight.rehearsal_plan`:
 the same changes, each printed, as ``python -m egpo.rehearse``), through the ablation's own machinery (its preflight
 of every arm, its runs, checkpoints, stall watch, resume, ``--status`` and report). The ablation's schedule
 (``--steps``, ``--save-every``, the recipe's ``test_freq``) is divided by its greatest common divisor and each run
@@ -34,7 +34,7 @@ def rehearse(args, config, default_save_every) -> None:
     after the user's, the schedule divided and cut, the stall allowance scaled. Each change is printed."""
     from egpo.ablation.attempt import default_stall_timeout
     from egpo.ablation.rehearsal_cluster import NODES
-    from egpo.rehearse.plan import RANKS, SCHEDULE_KEYS, plan, token_factor
+    from egpo.preflight.rehearsal_plan import RANKS, SCHEDULE_KEYS, plan, token_factor
 
     # the ablation's schedule, below; ray.init's counts are the cluster's nodes' (its runs join it)
     changes = [c for c in plan(config) if c.key not in SCHEDULE_KEYS and not c.key.startswith("ray_kwargs.ray_init.")]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egpo.ablation.own_cluster import Cluster, add_node, start_cluster
-from egpo.run_state import ATTEMPT, ATTEMPT_METRICS, DONE, LOG, RUN, TRAINING_STEP_KEY, read_steps
+from egpo.runs.state import ATTEMPT, ATTEMPT_METRICS, DONE, LOG, RUN, TRAINING_STEP_KEY, read_steps
 
 HEAD_CPUS = 4  # the head: the jobs' drivers and supervisors, a run's task runner where Ray puts it there
 NODE_CPUS = 12  # a node: one run's workers (verl's CPU bundles, its agent-loop and reward workers) and room to spare

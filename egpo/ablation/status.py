@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from egpo.ablation.arms import run_name
-from egpo.run_state import DONE, JOB, RUN, run_status
+from egpo.runs.state import DONE, JOB, RUN, run_status
 
 REWARD = ("critic/score/mean",)
 COT_ENTROPY = ("egpo/cot_entropy_mean",)

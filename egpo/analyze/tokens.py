@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from egpo.generate.rows import arrow_lists, padded
-from egpo.generate.store import iter_parts, read_run
+from egpo.runs.generation_rows import arrow_lists, padded
+from egpo.runs.generation_store import iter_parts, read_run
 
 PAD = -1  # never a token id: padding is never a thinking marker
 READ = ["index", "sample", "prompt_ids", "response_ids", "entropy", "log_prob", "score"]  # not the texts

@@ -52,7 +52,7 @@ def step_metrics(output: str) -> dict[int, dict[str, float]]:
 def run_metrics(workdir: Path) -> dict[int, dict[str, float]]:
     """Each step's metrics as the run directory of :func:`run_smoke` keeps them (``metrics.jsonl``, every step once):
     unlike the console, whose lines Ray's log forwarding may split under load, whole."""
-    from egpo.run_state import METRICS_FILE, read_steps
+    from egpo.runs.state import METRICS_FILE, read_steps
 
     steps: dict[int, dict[str, float]] = {}
     for record in read_steps(workdir / "checkpoints" / METRICS_FILE):  # a step's lines merged, the later winning

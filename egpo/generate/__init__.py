@@ -2,6 +2,6 @@
 teacher-forced scoring of another run's samples (``--score``); read by :mod:`egpo.analyze`.
 
 Where each part lives: :mod:`egpo.generate.setup` (the driver: config, checkpoint, run.json, before Ray),
-:mod:`egpo.generate.trainer` (the loop, in verl's task runner), :mod:`egpo.generate.rows` (tensors -> rows),
-:mod:`egpo.generate.store` (the run's folder, resumable parts).
+:mod:`egpo.generate.trainer` (the loop, in verl's task runner), :mod:`egpo.runs.generation_rows` (tensors -> rows),
+:mod:`egpo.runs.generation_store` (the run's folder, resumable parts).
 """

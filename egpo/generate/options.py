@@ -46,7 +46,7 @@ class CheckpointError(EgpoConfigError):
 def resolve_checkpoint(path: str) -> Path:
     """A verl checkpoint as given on the command line -> its ``global_step_N`` folder: that folder itself, or a run's
     checkpoint folder (``trainer.default_local_dir``), whose resume pointer names the latest step."""
-    from egpo.run_state import checkpoint_pointer
+    from egpo.runs.state import checkpoint_pointer
 
     where = Path(path).expanduser().resolve()
     if not where.is_dir():

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import time
 
+from egpo.runner_console import duration
+
 WIDTH = 20
-
-
-def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class Progress:

@@ -18,7 +18,7 @@ class GenerateTaskRunner(EgpoTaskRunner):
     def kept_files(config) -> tuple:
         """A generation run keeps its configuration in its run.json (``config``) and logs no metrics."""
         from egpo.generate.options import GenerateOptions
-        from egpo.run_state import RUN
+        from egpo.runs.state import RUN
 
         return f"{Path(GenerateOptions.from_config(config).out) / RUN} (its config)", None
 

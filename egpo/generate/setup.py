@@ -11,7 +11,7 @@ from omegaconf import OmegaConf, open_dict
 from egpo.errors import EgpoConfigError
 from egpo.preflight.findings import refuse
 from egpo.generate.options import GenerateOptions, check_checkpoint_world_size, resolve_checkpoint
-from egpo.generate.store import SampleStore, read_run
+from egpo.runs.generation_store import SampleStore, read_run
 
 # what a generation run sets in the training config: the rollout-entropy path of a training run (egpo's agent-loop
 # manager, the engine's entropy required, log probs returned), read over every response token, no loggers
@@ -109,7 +109,7 @@ def refuse_score_folder(args, source) -> None:
 
 def prepare_generation(args):
     """-> (config with its ``egpo_generate`` node, the store holding run.json)."""
-    from egpo.run_state import DONE, installed_versions
+    from egpo.runs.state import DONE, installed_versions
     from egpo.rollout.entropy import EntropyOptions
 
     for name in ("n", "max_rows", "chunk"):
@@ -169,7 +169,7 @@ def prepare_generation(args):
 
 def closing_lines(store: SampleStore) -> list[str]:
     """What a finished generation run says last: its rows, where they are, the analysis command."""
-    from egpo.generate.store import read_done
+    from egpo.runs.generation_store import read_done
 
     if not store.done():
         return []

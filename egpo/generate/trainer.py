@@ -7,7 +7,7 @@ to the rollout, and then, a chunk of prompts at a time:
 
 * generate: ``generate_sequences`` on ``n`` copies of each prompt; each row's tokens, the engine's per-token entropy
   (``rollout_entropy``) and log probabilities (``rollout_log_probs``) and its reward (``rm_scores``) are written as one
-  part file (:mod:`egpo.generate.store`);
+  part file (:mod:`egpo.runs.generation_store`);
 * score: another run's rows, part by part, teacher-forced through the actor (verl's old-log-prob recompute: the
   entropy of ``logits / temperature``, the log probability of each given token), written with the same ``index``,
   ``sample`` and ``response_ids``.
@@ -28,8 +28,8 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from egpo.errors import EntropyError
 from egpo.generate.options import GenerateOptions
 from egpo.generate.progress import Progress
-from egpo.generate.rows import arrow_lists, padded, rows_table
-from egpo.generate.store import SampleStore, iter_parts
+from egpo.runs.generation_rows import arrow_lists, padded, rows_table
+from egpo.runs.generation_store import SampleStore, iter_parts
 from egpo.keys import ROLLOUT_ENTROPY
 from egpo.trainer.ray_trainer import EgpoRayPPOTrainer
 
@@ -108,7 +108,7 @@ class GenerationTrainer(EgpoRayPPOTrainer):
 
     # ------------------------------------------------------------------ score
     def _score(self, options: GenerateOptions, store: SampleStore) -> int:
-        from egpo.generate.store import read_done
+        from egpo.runs.generation_store import read_done
 
         source_rows = int(read_done(options.source).get("rows", 0)) or None
         progress = Progress("score", total_rows=source_rows, unit_rows="samples")

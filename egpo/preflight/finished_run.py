@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 
 from egpo.preflight.budget import planned_steps
 from egpo.preflight.data import inspect_split
-from egpo.run_dir import REPORT_LINE, resumed_step, run_directory
+from egpo.runs.main_dir import REPORT_LINE, resumed_step, run_directory
 
 
 def finished_run(config: DictConfig) -> str | None:

@@ -25,7 +25,7 @@ def wandb_credentials() -> bool:
 
 
 def logger_findings(config) -> list[Finding]:
-    from egpo.run_dir import run_directory, trainer_loggers
+    from egpo.runs.main_dir import run_directory, trainer_loggers
 
     loggers = trainer_loggers(config)
     keep = [name for name in loggers if name != "wandb"] or ["console"]

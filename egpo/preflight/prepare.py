@@ -115,7 +115,7 @@ def prepare(config: DictConfig, preflight: bool = True, echo=print) -> Prepared:
     from egpo.preflight.stack import check_stack
     from egpo.preflight.think_tokens import think_token_findings
     from egpo.preflight.token_selection import check_token_selection
-    from egpo.run_dir import complete_run_outputs
+    from egpo.runs.main_dir import complete_run_outputs
 
     found: list[Finding] = []
     found += check_unknown_keys(config)

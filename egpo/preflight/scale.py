@@ -352,7 +352,7 @@ def disk_finding(per_checkpoint: int, peak: int, runs: int, where: Path, what: s
 
 def resumed_at(config) -> int:
     """The step a main job resumes from (verl's pointer in its run directory; 0: a fresh start)."""
-    from egpo.run_dir import resumed_step
+    from egpo.runs.main_dir import resumed_step
 
     where = Path(str(config.trainer.default_local_dir)).expanduser()
     return resumed_step(config, where) if where.is_dir() else 0  # 0 under resume_mode=disable too

@@ -3,7 +3,7 @@
     python -m egpo.rehearse --config-path="$PWD/recipes" --config-name=qwen3_4b algorithm.entropy_source=rollout
 
 It composes what ``python -m egpo.main`` would run with the same arguments, changes only what a CPU cannot hold
-(:mod:`egpo.rehearse.plan`: each change printed with the recipe's value, the rehearsal's and why), runs the real main
+(:mod:`egpo.preflight.rehearsal_plan`: each change printed with the recipe's value, the rehearsal's and why), runs the real main
 job with those changes in a run folder of its own (the recipe's experiment name plus ``_rehearsal``: the same
 refusals, console and closing summary as the real run). At the schedule's worst moment (the validation right after
 a save) it kills every process of the run at once, as a node loss does, and runs the same command again (the
@@ -48,7 +48,7 @@ def refuse(message: str) -> SystemExit:
 def main(argv: list[str] | None = None) -> None:
     from egpo.errors import EgpoError
     from egpo.preflight.compose import compose
-    from egpo.rehearse.plan import plan
+    from egpo.preflight.rehearsal_plan import plan
 
     args = parser().parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
                                           "killed"], False
         else:
             status = subprocess.run(command, env=env).returncode
-    from egpo.run_state import logged_steps
+    from egpo.runs.state import logged_steps
 
     if status and not logged_steps(where):
         # refused at start-up, or stopped before its first line: the run's own lines above say why and how to fix it
@@ -132,7 +132,7 @@ def run_until_killed(command: list[str], where: Path, step: int, env: dict) -> i
     is written, its validation begun (egpo's trainer validates a save step after logging it). None once killed; else
     the exit status of a run that ended first."""
     from egpo.process_tree import kill_tree
-    from egpo.run_state import ATTEMPT_METRICS, TRAINING_STEP_KEY, read_steps
+    from egpo.runs.state import ATTEMPT_METRICS, TRAINING_STEP_KEY, read_steps
 
     proc = subprocess.Popen(command, env=env, start_new_session=True)
     try:
@@ -154,7 +154,7 @@ def resume_lines(where: Path, step: int) -> tuple[list[str], bool]:
     """What the attempt after the kill did, read from the run's log: where it resumed, and what it redid."""
     import re
 
-    from egpo.run_state import LOG
+    from egpo.runs.state import LOG
 
     attempts = (where / LOG).read_text(errors="replace").split("\n=== ")
     resumed = re.search(r"\(resumes from step (\d+);", attempts[-1])
@@ -169,7 +169,7 @@ def resume_lines(where: Path, step: int) -> tuple[list[str], bool]:
 def checkpoint_line(config, where: Path) -> str:
     """The preflight's size of one checkpoint beside the newest on disk."""
     from egpo.preflight.scale import checkpoint_bytes, gb, model_shape
-    from egpo.run_state import checkpoint_steps
+    from egpo.runs.state import checkpoint_steps
 
     saved = checkpoint_steps(where, where)
     shape = model_shape(config)

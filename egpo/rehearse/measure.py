@@ -76,7 +76,7 @@ def driver_line(config, where: Path) -> tuple[str, bool]:
     part held."""
     from egpo.keys import EGPO_BATCH_BYTES, STEP_BATCH_BYTES
     from egpo.preflight.scale import egpo_driver_bytes, gb, step_batch_bytes
-    from egpo.run_state import logged_steps
+    from egpo.runs.state import logged_steps
     from egpo.settings import EgpoSettings
 
     steps = [line["data"] for line in logged_steps(where)]

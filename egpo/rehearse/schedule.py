@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from egpo.run_state import TRAINING_STEP_KEY
+from egpo.runs.state import TRAINING_STEP_KEY
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def held(event: Event, steps: dict[int, dict], checkpoints: set[int], keep: int 
 
 def report_lines(config: DictConfig, where: Path) -> tuple[list[str], bool]:
     """One line per event (event, step, held or not, seconds), and whether every event held."""
-    from egpo.run_state import checkpoint_steps, logged_steps
+    from egpo.runs.state import checkpoint_steps, logged_steps
 
     steps = {s["step"]: s["data"] for s in logged_steps(where)}
     checkpoints = set(checkpoint_steps(where, where))

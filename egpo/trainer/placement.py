@@ -153,7 +153,7 @@ def record_run_nodes(config, node_ids: set[str]) -> None:
     import json
     from pathlib import Path
 
-    from egpo.run_state import NODES
+    from egpo.runs.state import NODES
 
     where = Path(str(config.trainer.default_local_dir)).expanduser()
     try:

@@ -7,11 +7,11 @@ validation were lost for good; rolled back to the checkpoint before, a whole sav
 
 At a step that saved, egpo's trainer answers verl's in-step ``_validate`` with nothing and runs the validation right
 after verl's logger wrote the step, logging it at the same step (a second line; every reader merges a step's lines:
-:func:`egpo.run_state.logged_steps`). The weights are the same (verl pushed them before it would have validated),
+:func:`egpo.runs.state.logged_steps`). The weights are the same (verl pushed them before it would have validated),
 so are the validation's figures; only the step's ``timing_s/step`` no longer holds the validation's time (its own
-``timing_s/testing`` line does). A checkpoint then counts once its step is logged (:func:`egpo.run_state.resume_point`),
+``timing_s/testing`` line does). A checkpoint then counts once its step is logged (:func:`egpo.runs.state.resume_point`),
 and a run killed during that validation resumes from the checkpoint, validating at it before it trains
-(:func:`egpo.run_state.validation_owed`): nothing is trained twice and nothing is lost.
+(:func:`egpo.runs.state.validation_owed`): nothing is trained twice and nothing is lost.
 
 verl's logger is built inside ``fit`` (``from verl.utils.tracking import Tracking``), so its ``log`` is wrapped
 (:data:`TRACKING_LOG`), acting only for the trainer that registered itself in this process.
@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 
 from egpo.patching import Patch
-from egpo.run_state import validation_owed_marker
+from egpo.runs.state import validation_owed_marker
 
 _active: dict = {"deferred": None}  # this process's trainer's DeferredValidation (one trainer per task runner)
 
 
 class DeferredValidation:
     """Which step saved, and whose validation is owed until its log. While it is owed, the step's checkpoint folder
-    says so (:data:`egpo.run_state.VALIDATION_OWED`): a run stopped before it was logged validates there first when
+    says so (:data:`egpo.runs.state.VALIDATION_OWED`): a run stopped before it was logged validates there first when
     it resumes."""
 
     def __init__(self, validate, checkpoints: Path):

@@ -1,5 +1,5 @@
 """One run's state on disk: its checkpoints, its metrics across interrupted attempts, and its status (an ablation's
-runs; a main job's run directory uses the same metrics files, :mod:`egpo.run_dir`).
+runs; a main job's run directory uses the same metrics files, :mod:`egpo.runs.main_dir`).
 
 A run directory (``DIR/<arm>__seed<k>``) holds ``run.json`` (the command), ``checkpoints/`` (verl's, with
 ``latest_checkpointed_iteration.txt``), ``metrics.jsonl`` (one ``{"step": n, "data": {...}}`` line per finished step,
@@ -32,7 +32,7 @@ FAILED = "failed.json"
 RUN = "run.json"
 JOB = "job.json"  # the Ray job running the run's attempt, when the ablation dispatches to a cluster
 LOG = "log.txt"  # the console, every attempt appended
-CONFIG = "config.yaml"  # a main job's configuration as it started (egpo.run_dir)
+CONFIG = "config.yaml"  # a main job's configuration as it started (egpo.runs.main_dir)
 NODES = "nodes.json"  # in the checkpoint folder: the nodes of the attempt's placement groups (its GPU workers)
 # in a global_step_N folder: step N's validation was owed when the run stopped (egpo.trainer.validation_after_log)
 VALIDATION_OWED = "egpo_validation_owed"
@@ -157,7 +157,7 @@ def run_nodes(work: Path) -> list[str]:
 
 
 def continue_metrics(work: Path, resume: int) -> None:
-    """Before a main job's attempt (:mod:`egpo.run_dir`): an earlier attempt's steps joined, those up to the step it
+    """Before a main job's attempt (:mod:`egpo.runs.main_dir`): an earlier attempt's steps joined, those up to the step it
     resumes from kept (verl logs the later ones again; 0: a fresh start keeps none)."""
     _write_steps(work / METRICS_FILE, [s for s in logged_steps(work) if s["step"] <= resume])
     (work / ATTEMPT_METRICS).unlink(missing_ok=True)

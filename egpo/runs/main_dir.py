@@ -9,7 +9,7 @@ there already, and egpo adds
   replaced by one line naming this file: :mod:`egpo.console`);
 * ``metrics.jsonl``: verl's file logger, one ``{"step": n, "data": {...}}`` line per step, each step once across
   resumed attempts (verl truncates the file it is given, so each attempt writes ``metrics.attempt.jsonl``, joined
-  when it ends or when the next attempt starts; :mod:`egpo.run_state`); ``python -m egpo.report DIR`` reads it;
+  when it ends or when the next attempt starts; :mod:`egpo.runs.state`); ``python -m egpo.report DIR`` reads it;
 * ``log.txt``: the console, every attempt appended.
 
 A run started by ``python -m egpo.ablation`` has a run directory of the ablation's (it sets verl's file logger
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from egpo.run_state import CONFIG, LOG, checkpoint_steps
+from egpo.runs.state import CONFIG, LOG, checkpoint_steps
 
 LOGGER_PATH_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 
@@ -33,7 +33,7 @@ LOGGER_PATH_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PAT
 def run_directory(config: DictConfig) -> Path | None:
     """``trainer.default_local_dir``, resolved; None where verl's file logger writes elsewhere (set by
     ``python -m egpo.ablation``, or by hand)."""
-    from egpo.run_state import ATTEMPT_METRICS
+    from egpo.runs.state import ATTEMPT_METRICS
 
     local_dir = OmegaConf.select(config, "trainer.default_local_dir", default=None)
     if local_dir is None:
@@ -53,7 +53,7 @@ def trainer_loggers(config: DictConfig) -> list[str]:
 
 def complete_run_outputs(config: DictConfig) -> None:
     """verl's file logger on, writing into the run directory (a preflight step: nothing is written here)."""
-    from egpo.run_state import ATTEMPT_METRICS
+    from egpo.runs.state import ATTEMPT_METRICS
 
     where = run_directory(config)
     if where is None:
@@ -68,7 +68,7 @@ def complete_run_outputs(config: DictConfig) -> None:
 
 def resumed_step(config: DictConfig, where: Path) -> int:
     """The step verl will resume from (0: a fresh start), as verl decides it; with ``resume_mode=auto``, the last
-    checkpoint whose step was logged, the rule every resumed run follows (:func:`egpo.run_state.resume_point`; the
+    checkpoint whose step was logged, the rule every resumed run follows (:func:`egpo.runs.state.resume_point`; the
     attempt itself removes a newer one and sets verl's pointer back: :func:`resume_where_logged`). Changes nothing."""
     mode = str(config.trainer.get("resume_mode", "auto"))
     if mode == "disable":
@@ -76,7 +76,7 @@ def resumed_step(config: DictConfig, where: Path) -> int:
     if mode == "resume_path":
         tail = Path(str(config.trainer.get("resume_from_path") or "")).name
         return int(tail.rsplit("_", 1)[1]) if tail.startswith("global_step_") else 0
-    from egpo.run_state import resume_point
+    from egpo.runs.state import resume_point
 
     return resume_point(where, where, remove=False)
 
@@ -85,7 +85,7 @@ def resume_where_logged(config: DictConfig, where: Path) -> tuple[int, str | Non
     """Before an attempt: :func:`resumed_step`, with a newer checkpoint whose step was never logged removed and
     verl's pointer set back to the one it resumes from; returns the step and the line that says so (None: nothing
     was removed)."""
-    from egpo.run_state import checkpoint_pointer, resume_point
+    from egpo.runs.state import checkpoint_pointer, resume_point
 
     if str(config.trainer.get("resume_mode", "auto")) != "auto":
         return resumed_step(config, where), None
@@ -100,7 +100,7 @@ def resume_where_logged(config: DictConfig, where: Path) -> tuple[int, str | Non
 def validate_first_where_owed(config: DictConfig, where: Path, resume: int) -> str | None:
     """The attempt that reached step ``resume`` stopped during its validation: this one validates there first;
     returns the line that says so (None: nothing owed)."""
-    from egpo.run_state import validation_owed
+    from egpo.runs.state import validation_owed
 
     if not validation_owed(where, resume):
         return None
@@ -129,7 +129,7 @@ class RunOutputs:
     def __enter__(self):
         if self.where is None:
             return self
-        from egpo.run_state import METRICS_FILE, continue_metrics
+        from egpo.runs.state import METRICS_FILE, continue_metrics
         from egpo.runner_console import RunnerConsole
 
         self.where.mkdir(parents=True, exist_ok=True)
@@ -153,14 +153,14 @@ class RunOutputs:
         return self
 
     def _summary(self, seconds: float) -> list[str]:
-        from egpo.run_state import logged_steps
+        from egpo.runs.state import logged_steps
 
         return summary_lines(self.where, logged_steps(self.where), self.config, seconds)
 
     def __exit__(self, kind, error, trace):
         if self.where is None:
             return False
-        from egpo.run_state import join_attempt_metrics
+        from egpo.runs.state import join_attempt_metrics
 
         try:
             join_attempt_metrics(self.where)
@@ -191,7 +191,7 @@ def _last(steps: list[dict], key: str) -> tuple[int, float] | None:
 def summary_lines(where: Path, steps: list[dict], config: DictConfig, seconds: float) -> list[str]:
     """What a finished attempt says last: the steps, the latest reward and CoT entropy, the last validation's pass@k,
     where everything is, and the command that reports the run."""
-    from egpo.run_state import METRICS_FILE
+    from egpo.runs.state import METRICS_FILE
 
     if not steps:
         return [f"{NO_STEPS_LINE}; the run directory: {where}"]

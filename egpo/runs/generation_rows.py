@@ -40,7 +40,7 @@ def rows_table(*, index: np.ndarray, prompts: torch.Tensor, prompt_mask: torch.T
     where no reward function ran."""
     import pyarrow as pa
 
-    from egpo.generate.store import COLUMNS
+    from egpo.runs.generation_store import COLUMNS
 
     index = np.asarray(index, dtype=np.int64)
     prompt_ids = ragged(prompts.cpu(), prompt_mask.cpu(), pa.int32())

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from egpo.errors import EgpoConfigError
-from egpo.run_state import DONE, RUN
+from egpo.runs.state import DONE, RUN
 
 SAMPLES = "samples"
 PART = "part-{:05d}.parquet"
