@@ -18,15 +18,11 @@ from egpo.errors import EgpoError
 
 def run(config: DictConfig) -> None:
     # verl is imported here, after main() checked from package metadata that this environment can import it
-    import ray
-    from verl.trainer import main_ppo
-
     from egpo.advantage.registry import register as register_estimator
     from egpo.preflight.finished_run import finished_run
     from egpo.preflight.prepare import prepare_config
     from egpo.runs.main_dir import RunOutputs
-    from egpo.runner import EgpoTaskRunner
-    from egpo.trainer.placement import OnDriverNode
+    from egpo.runner import EgpoTaskRunner, launch
 
     register_estimator()
     try:
@@ -39,10 +35,8 @@ def run(config: DictConfig) -> None:
     if finished:
         print(finished, flush=True)
         return
-    from egpo.cpu.vllm_rollout import SegmentsOfThisRun
-
-    with SegmentsOfThisRun(config), RunOutputs(config):
-        main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(EgpoTaskRunner)))
+    with RunOutputs(config):
+        launch(config, EgpoTaskRunner)
 
 
 def refuse_appended_typos(config: DictConfig) -> None:
@@ -120,29 +114,19 @@ def hydra_main(config: DictConfig) -> None:
 def main() -> None:
     import sys
 
-    from egpo.compat.versions import environment_problems
-
-    from egpo.recipe_names import (config_args, egpo_equivalent, recipe_name_problems, with_egpo_searchpath,
-                                   without_config_args)
+    from egpo.preflight.compose import door
+    from egpo.recipe_names import config_args, without_config_args
 
     argv = sys.argv[1:]
     path, name = config_args(argv)
-    path, name, note = egpo_equivalent(path, name)
-    # notes go to stderr: with --cfg job (or --help) stdout is the product, a YAML file say
-    if note:  # verl's example scripts' --config-name: egpo's config of that name, said once
-        print(note, file=sys.stderr, flush=True)
-        argv = [*without_config_args(argv), *([f"--config-path={path}"] if path else []), f"--config-name={name}"]
-    argv, note = with_egpo_searchpath(argv)
-    if note:  # a script's own hydra.searchpath (verl's Megatron-Lite examples): egpo's and verl's configs kept beside
-        print(note, file=sys.stderr, flush=True)
+    try:  # notes go to stderr: with --cfg job (or --help) stdout is the product, a YAML file say
+        to_path, to_name, argv = door(path, name, argv, echo=lambda note: print(note, file=sys.stderr, flush=True))
+    except EgpoError as err:
+        raise SystemExit(refusal(f"{err}. Nothing was started.")) from None
+    if (to_path, to_name) != (path, name):  # verl's example scripts' --config-name: egpo's config of that name
+        argv = [*without_config_args(argv), *([f"--config-path={to_path}"] if to_path else []),
+                f"--config-name={to_name}"]
     sys.argv[1:] = with_hydras_folder_in_the_run(argv)
-    problems = environment_problems()  # package metadata only: before anything imports verl
-    if not problems:
-        from egpo.preflight.key_check import misspelled_override_problems
-
-        problems = recipe_name_problems(path, name) + misspelled_override_problems(argv)
-    if problems:
-        raise SystemExit(refusal("; ".join(problems) + ". Nothing was started."))
     from egpo.console import quiet_driver
 
     quiet_driver()

@@ -74,3 +74,19 @@ class EgpoTaskRunner(ENTRY.base):
             if role in self.role_worker_mapping:
                 self.role_worker_mapping[role] = ray.remote(worker_cls)
         return worker_cls, worker_group_cls
+
+
+def launch(config, runner_class: type = EgpoTaskRunner) -> None:
+    """The one launch of every entry point that runs verl (``egpo.main``'s training, ``egpo.generate``'s runner):
+    egpo's estimator registered in the driver, then verl's ``run_ppo`` with ``runner_class`` as its task runner, a Ray
+    actor kept on the driver's node; a vLLM CPU engine's shared-memory segments of this run removed when it ends."""
+    from verl.trainer import main_ppo
+
+    from egpo.advantage.registry import register as register_estimator
+    from egpo.cpu.vllm_rollout import SegmentsOfThisRun
+    from egpo.trainer.placement import OnDriverNode
+
+    register_estimator()
+    with SegmentsOfThisRun(config):
+        main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(runner_class)))
+

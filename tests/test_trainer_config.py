@@ -13,7 +13,7 @@ from egpo.errors import EgpoError
 from egpo.settings import EgpoConfigError, EgpoSettings
 from test_recipes import RECIPES
 from egpo.preflight.think_tokens import lookup_think_token_ids, resolve_think_token_ids
-from egpo.trainer.temperature import warn_on_temperature_mismatch
+from egpo.preflight.temperature import temperature_finding
 
 
 def composed(*overrides):
@@ -177,13 +177,19 @@ def test_unknown_variant_stops_the_job_before_ray():
 
 
 def test_temperature_mismatch_is_reported_when_entropies_are_compared():
+    """A warning of the pass (egpo.preflight lists it; a run prints it before Ray starts)."""
+    from egpo.preflight import preflight_findings
+
     cfg = composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=0.7")
-    assert "temperature is 0.7" in warn_on_temperature_mismatch(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+    found = temperature_finding(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+    assert found.level == "warning" and "temperature is 0.7" in found.text
+    assert any("temperature is 0.7" in f.text for f in preflight_findings(cfg, EgpoSettings.from_algorithm(
+        cfg.algorithm)))
     at_one = composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=1.0")
-    assert warn_on_temperature_mismatch(at_one, EgpoSettings.from_algorithm(at_one.algorithm)) is None
+    assert temperature_finding(at_one, EgpoSettings.from_algorithm(at_one.algorithm)) is None
     OmegaConf.set_struct(cfg, False)
     cfg.actor_rollout_ref.rollout.custom = {"entropy": {"temperature_scaled": True}}
-    assert warn_on_temperature_mismatch(cfg, EgpoSettings.from_algorithm(cfg.algorithm)) is None
+    assert temperature_finding(cfg, EgpoSettings.from_algorithm(cfg.algorithm)) is None
 
 
 @pytest.mark.parametrize("args, equivalent", [

@@ -178,15 +178,8 @@ def closing_lines(store: SampleStore) -> list[str]:
 
 
 def launch(config) -> None:
-    import ray
-    from verl.trainer import main_ppo
-
-    from egpo.advantage.registry import register as register_estimator
+    """egpo's one launch (:func:`egpo.runner.launch`) with the generation's task runner."""
     from egpo.generate.runner import GenerateTaskRunner
-    from egpo.trainer.placement import OnDriverNode
+    from egpo.runner import launch as launch_runner
 
-    from egpo.cpu.vllm_rollout import SegmentsOfThisRun
-
-    register_estimator()
-    with SegmentsOfThisRun(config):
-        main_ppo.run_ppo(config, task_runner_class=OnDriverNode(ray.remote(num_cpus=1)(GenerateTaskRunner)))
+    launch_runner(config, GenerateTaskRunner)

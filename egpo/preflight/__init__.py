@@ -56,6 +56,9 @@ def preflight_findings(config, settings, tokenizer=None) -> list[Finding]:
     findings += batch_findings(config)
     if settings is not None:
         findings += engine_findings(config, settings)
+        from egpo.preflight.temperature import temperature_finding
+
+        findings += [found for found in (temperature_finding(config, settings),) if found is not None]
     return findings
 
 

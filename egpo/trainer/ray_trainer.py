@@ -41,7 +41,6 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from egpo.advantage.registry import register as register_estimator
 from egpo.trainer import advantage_step, pass_at_k
 from egpo.settings import EgpoSettings
-from egpo.trainer.temperature import warn_on_temperature_mismatch
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
 from egpo.trainer.metrics import SURPRISAL_PREFIX, entropy_agreement, format_step_summary
 from egpo.trainer.thought_watch import NeverThinksWatch
@@ -70,7 +69,6 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         self.solved_score = float(OmegaConf.select(config, pass_at_k.SOLVED_SCORE_KEY,
                                                    default=pass_at_k.DEFAULT_SOLVED_SCORE))
         advantage_step.set_solved_score(self.solved_score)  # "correct" for GTPO and GRPO-S, as for pass@k
-        warn_on_temperature_mismatch(config, self.egpo)
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.algo.egpo_span == "cot")
         if self.egpo.enabled and self.trains:
             print(f"[egpo] estimator: {self.egpo.variant}", flush=True)

@@ -1,19 +1,16 @@
-"""The trainer's check that the rollout's and the actor's entropies describe one distribution (the sampling
-temperature), said once when the trainer starts."""
+"""Whether the rollout's and the actor's entropies describe one distribution (the sampling temperature): a warning
+of the pass, so that ``egpo.preflight`` shows it and a run says it before Ray starts."""
 
 from __future__ import annotations
 
-import logging
-
 from omegaconf import DictConfig
 
+from egpo.preflight.findings import Finding, warning
 from egpo.rollout.entropy import EntropyOptions
 from egpo.settings import EgpoSettings
 
-logger = logging.getLogger(__name__)
 
-
-def warn_on_temperature_mismatch(config: DictConfig, settings: EgpoSettings) -> str | None:
+def temperature_finding(config: DictConfig, settings: EgpoSettings) -> Finding | None:
     """When a run compares rollout and actor entropy, both must describe the same distribution.
 
     The actor's entropy is taken on temperature-scaled logits; the rollout's on raw logits unless
@@ -24,12 +21,9 @@ def warn_on_temperature_mismatch(config: DictConfig, settings: EgpoSettings) -> 
     scaled = EntropyOptions.from_rollout_config(rollout).temperature_scaled
     compares = not settings.bypass_mode  # both entropies exist whenever the actor recomputes
     if settings.enabled and compares and temperature != 1.0 and not scaled:
-        message = (
+        return warning("temperature", (
             f"rollout temperature is {temperature}: the rollout entropy is taken on raw logits while the actor's "
             "entropy is taken on temperature-scaled logits, so egpo/entropy_rollout_vs_actor/* compares two different "
             "distributions. For the ablation set ++actor_rollout_ref.rollout.custom.entropy.temperature_scaled=true "
-            "or sample at temperature 1.0."
-        )
-        logger.warning(message)
-        return message
+            "or sample at temperature 1.0."))
     return None
