@@ -42,7 +42,7 @@ def test_dependency_direction(folder, forbidden):
 FLOORS = (
     ("errors", "entropy_sources", "engines", "recipe_names", "significance", "typos", "process_tree",  # shared
      "runner_console"),
-    ("keys", "patching", "advantage", "runs"),  # runs/: a run on disk, whichever tool wrote it
+    ("keys", "patching", "advantage", "runs", "options"),  # runs/: a run on disk; options: egpo.*, egpo_demo.*, ...
     ("settings", "folders"),
     ("compat", "analyze"),  # compat/: verl's table; analyze/: a reading tool, below every running one
     ("rollout", "probe", "report"),  # rollout/: the engines, where rollout entropy is born; report: a reading tool

@@ -212,11 +212,16 @@ def run_ablation(args, config, before_dispatch=None) -> None:
 
         client, dispatch = connect(args.ray_address), CLUSTER_OVERRIDES
     demo = None
-    if config.get("egpo_demo", None) is not None:
+    from egpo.options import OptionError, at
+
+    try:
+        options = at(config, "egpo_demo")
+    except OptionError as err:
+        raise SystemExit(f"[ablation] nothing was started: {err}") from None
+    if options is not None:
         from egpo.demo.build import build
 
-        demo = build(args.out / "demo", seed=int(config.egpo_demo.get("seed", 0)),
-                     warm=bool(config.egpo_demo.get("warm", False))).resolve()
+        demo = build(args.out / "demo", seed=options.seed, warm=options.warm).resolve()
     preflight(args, demo, dispatch or (), config)
     if args.stall_timeout is None:
         from egpo.ablation.attempt import default_stall_timeout

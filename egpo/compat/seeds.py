@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from egpo.compat.versions import verl_stack
 from egpo.engines import ENGINES
+from egpo.options import rollout_custom
 
 # engine_kwargs.<engine>.<key>: one seed for all replicas
 SHARED_ENGINE_SEEDS = {engine.name: engine.shared_seed_key for engine in ENGINES.values() if engine.shared_seed_key}
@@ -42,7 +43,7 @@ def sglang_replica_seed(rollout_config, replica_rank: int) -> int | None:
         return None
     base = _get(rollout_config, "seed")
     if base is None:
-        base = _get(_get(rollout_config, "custom"), "seed", 0)
+        base = rollout_custom(rollout_config).seed
     return int(replica_rank) + int(base or 0)
 
 

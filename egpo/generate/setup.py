@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from egpo.errors import EgpoConfigError
+from egpo.options import rollout_custom
 from egpo.preflight.findings import refuse
 from egpo.generate.options import GenerateOptions, check_checkpoint_world_size, resolve_checkpoint
 from egpo.runs.generation_store import SampleStore, read_run
@@ -148,7 +149,7 @@ def prepare_generation(args):
                        "n": options.n, "max_rows": options.max_rows, "chunk": options.chunk,
                        "rollout": str(rollout.name), "temperature": temperature, "top_p": float(rollout.top_p),
                        "top_k": int(rollout.top_k), "response_length": int(rollout.response_length),
-                       "seed": int((rollout.get("custom") or {}).get("seed", 0))}
+                       "seed": rollout_custom(rollout).seed}
         entropy = {"of": "logits / temperature" if entropy_options.temperature_scaled else "logits",
                    "temperature": temperature, "top_k": entropy_options.top_k}
     algorithm = config.algorithm

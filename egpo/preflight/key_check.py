@@ -14,11 +14,13 @@ import difflib
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from egpo.advantage.config import ALGORITHM_KEYS
+from egpo.options import EgpoOptions, OptionError, keys_by_node, read
 from egpo.preflight.findings import Finding, error
 
 EGPO_ALGORITHM_KEYS = ALGORITHM_KEYS  # declared once, in egpo.advantage.config
-EGPO_KEYS = ("probe", "pass_at_k")
-PASS_AT_K_KEYS = ("solved_score",)
+EGPO_NODES = keys_by_node("egpo", EgpoOptions)  # egpo.* (egpo.options): each node -> the keys it declares
+EGPO_KEYS = EGPO_NODES["egpo"]
+PASS_AT_K_KEYS = EGPO_NODES["egpo.pass_at_k"]
 
 
 def verl_algorithm_keys() -> tuple[str, ...]:
@@ -53,10 +55,7 @@ def misspelled_override_problems(overrides: list[str]) -> list[str]:
     """Command-line overrides of keys under ``algorithm`` or ``egpo`` that neither verl nor egpo declares, with the
     closest key: checked before Hydra composes, which would answer a key given without ``+`` by suggesting that the
     misspelled key be appended with ``+``."""
-    from egpo.probe.settings import KNOWN
-
-    known = {"algorithm": verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "egpo": EGPO_KEYS,
-             "egpo.probe": tuple(sorted(KNOWN)), "egpo.pass_at_k": PASS_AT_K_KEYS}
+    known = {"algorithm": verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, **EGPO_NODES}
     problems = []
     for override in overrides:
         key = _override_key(override)
@@ -75,19 +74,17 @@ def check_unknown_keys(config: DictConfig) -> list[Finding]:
     problems = _unknown(config.algorithm, verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "algorithm")
     egpo = OmegaConf.select(config, "egpo", default=None)
     if egpo is not None:
-        problems += _unknown(egpo, EGPO_KEYS, "egpo")
-        probe = egpo.get("probe", None)
-        if probe is not None:
-            from egpo.probe.settings import KNOWN
-
-            problems += _unknown(probe, tuple(sorted(KNOWN)), "egpo.probe")
-        pass_at_k = egpo.get("pass_at_k", None)
-        if pass_at_k is not None:
-            problems += _unknown(pass_at_k, PASS_AT_K_KEYS, "egpo.pass_at_k")
-            score = pass_at_k.get("solved_score", None)
-            if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
-                problems.append(f"egpo.pass_at_k.solved_score must be a number (got {score!r}): the validation score "
-                                "at or above which a sample counts as solved, e.g. ++egpo.pass_at_k.solved_score=1.0")
+        unknown = []
+        for node, known in EGPO_NODES.items():
+            held = OmegaConf.select(config, node, default=None)
+            if isinstance(held, DictConfig):
+                unknown += _unknown(held, known, node)
+        problems += unknown
+        if not unknown:  # each value of its declared kind and range (egpo.options)
+            try:
+                read(EgpoOptions, egpo, "egpo")
+            except OptionError as err:
+                problems.append(str(err))
     if problems:
         return [error("keys", "; ".join(problems) + ". Remove or rename the key(s); nothing was started.")]
     return []

@@ -20,14 +20,25 @@ from egpo.preflight.findings import Finding, error, refusal, refused, warning
 
 
 def demo_wanted(config: DictConfig) -> bool:
-    return bool((config.get("egpo_demo", None) or {}).get("build_if_missing", False))
+    from egpo.options import OptionError, at
+
+    try:
+        demo = at(config, "egpo_demo")
+    except OptionError:
+        return True  # refused where it is built (build_demo_if_missing)
+    return demo is not None and demo.build_if_missing
 
 
 def build_demo_if_missing(config: DictConfig, echo=print) -> list[Finding]:
     """Recipes with an ``egpo_demo`` node (recipes/cpu_smoke.yaml) get the tiny model and task built on first use; a
     vLLM rollout's in ``<egpo_demo.out>/vllm``, with the attention heads vLLM's CPU attention runs."""
-    demo = config.get("egpo_demo", None)
-    if demo and demo.get("build_if_missing", False):
+    from egpo.options import OptionError, at
+
+    try:
+        options = at(config, "egpo_demo")
+    except OptionError as err:
+        return [refused("demo", err)]
+    if options is not None and options.build_if_missing:
         from egpo.demo.build import VLLM_DEMO, build
         from egpo.settings import rollout_name
 
@@ -36,11 +47,11 @@ def build_demo_if_missing(config: DictConfig, echo=print) -> list[Finding]:
             from egpo.demo.build import VLLM_HEAD_DIM
 
             head_dim = VLLM_HEAD_DIM
-            demo.out = f"{str(demo.out).rstrip('/')}/{VLLM_DEMO}"
-            echo(f"[egpo] the demo for rollout.name=vllm: {demo.out} (attention heads of {head_dim}, the smallest "
-                 "vLLM's CPU attention runs)")
+            config.egpo_demo.out = f"{str(options.out).rstrip('/')}/{VLLM_DEMO}"
+            echo(f"[egpo] the demo for rollout.name=vllm: {config.egpo_demo.out} (attention heads of {head_dim}, the "
+                 "smallest vLLM's CPU attention runs)")
         try:
-            build(demo.out, seed=int(demo.get("seed", 0)), warm=bool(demo.get("warm", False)), head_dim=head_dim)
+            build(config.egpo_demo.out, seed=options.seed, warm=options.warm, head_dim=head_dim)
         except EgpoError as err:
             return [refused("demo", err)]
     return []

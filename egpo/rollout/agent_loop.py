@@ -135,11 +135,12 @@ def row_seed(rollout_config, trajectory: dict) -> int:
     else egpo's ``rollout.custom.seed``), the step and the row (:func:`sample_key`). (On a GPU no seed is set: vLLM
     handles seeded requests one by one in its sampler, a cost every decode step.)"""
     from egpo.compat.seeds import _get
+    from egpo.options import rollout_custom
     from egpo.rollout.hf.seeded_sampling import request_seed
 
     base = _get(rollout_config, "seed")
     if base is None:
-        base = _get(_get(rollout_config, "custom"), "seed", 0)
+        base = rollout_custom(rollout_config).seed
     step = trajectory.get("step", -1)
     return request_seed(int(base or 0), int(step.item() if hasattr(step, "item") else step), *sample_key(trajectory))
 

@@ -49,14 +49,11 @@ class EntropyOptions:
 
     @classmethod
     def from_config(cls, entropy_config) -> "EntropyOptions":
-        cfg = dict(entropy_config or {})
-        unknown = set(cfg) - {"top_k", "temperature_scaled"}
-        if unknown:
-            raise ValueError(
-                f"unknown rollout entropy option(s) {sorted(unknown)}; the options are top_k (0 = full vocabulary) "
-                "and temperature_scaled (false = raw logits)"
-            )
-        return cls(top_k=int(cfg.get("top_k", 0)), temperature_scaled=bool(cfg.get("temperature_scaled", False)))
+        """``actor_rollout_ref.rollout.custom.entropy`` as declared in :class:`egpo.options.RolloutEntropyOptions`."""
+        from egpo.options import RolloutEntropyOptions, read
+
+        options = read(RolloutEntropyOptions, entropy_config, "actor_rollout_ref.rollout.custom.entropy")
+        return cls(top_k=options.top_k, temperature_scaled=options.temperature_scaled)
 
     def kernel_width(self, vocab: int) -> int:
         """The width of the rows the kernel sees for logits of ``vocab`` entries: ``top_k`` where it cuts them."""
@@ -65,8 +62,10 @@ class EntropyOptions:
     @classmethod
     def from_rollout_config(cls, rollout) -> "EntropyOptions":
         """The options in ``actor_rollout_ref.rollout.custom.entropy`` (a DictConfig or verl's RolloutConfig)."""
-        custom = rollout.get("custom", None) or {}
-        return cls.from_config(custom.get("entropy", None))
+        from egpo.options import rollout_custom
+
+        options = rollout_custom(rollout).entropy
+        return cls(top_k=options.top_k, temperature_scaled=options.temperature_scaled)
 
 
 def _entropy_math(x: torch.Tensor, inv_temperature: torch.Tensor | None) -> torch.Tensor:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from egpo.options import PassAtKOptions
+
 SOLVED_SCORE_KEY = "egpo.pass_at_k.solved_score"
-DEFAULT_SOLVED_SCORE = 1.0
+DEFAULT_SOLVED_SCORE = PassAtKOptions().solved_score  # declared in egpo.options
 
 
 def unbiased_pass_at_k(n: int, c: int, k: int) -> float:

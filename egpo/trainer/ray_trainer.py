@@ -34,7 +34,6 @@ import warnings
 
 from contextlib import contextmanager
 
-from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
@@ -42,6 +41,7 @@ from egpo.advantage.registry import register as register_estimator
 from egpo.trainer import advantage_step, pass_at_k
 from egpo.settings import EgpoSettings
 from egpo.keys import ACTOR_ENTROPY, ROLLOUT_ENTROPY, ROLLOUT_LOG_PROBS, STEP_METRICS, TRANSIENT_BATCH_KEYS, UPDATE_MASK
+from egpo.options import EgpoOptions, read
 from egpo.trainer.metrics import SURPRISAL_PREFIX, entropy_agreement, format_step_summary
 from egpo.trainer.thought_watch import NeverThinksWatch
 
@@ -66,8 +66,7 @@ class EgpoRayPPOTrainer(RayPPOTrainer):
         register_estimator()
         advantage_step.install()
         pass_at_k.check_verl_shape(RayPPOTrainer)
-        self.solved_score = float(OmegaConf.select(config, pass_at_k.SOLVED_SCORE_KEY,
-                                                   default=pass_at_k.DEFAULT_SOLVED_SCORE))
+        self.solved_score = float(read(EgpoOptions, config.get("egpo", None), "egpo").pass_at_k.solved_score)
         advantage_step.set_solved_score(self.solved_score)  # "correct" for GTPO and GRPO-S, as for pass@k
         self.never_thinks = NeverThinksWatch(active=self.egpo.enabled and self.egpo.algo.egpo_span == "cot")
         if self.egpo.enabled and self.trains:

@@ -39,6 +39,7 @@ from egpo.rollout.hf.generate import generate_batch
 from egpo.rollout.hf.sampling import HFSampling, resolve_sampling
 from egpo.rollout.hf.seeded_sampling import request_seed
 from egpo.keys import ROLLOUT_ENTROPY, SAMPLE_KEY
+from egpo.options import rollout_custom
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class HFRolloutServer:
         self._round_left = 0  # requests still to come in the announced round
         self._round_size = 0
         self._last_arrival = 0.0
-        self._seed = (int((self.config.custom or {}).get("seed", 0)), replica_rank)
+        self._seed = (rollout_custom(self.config).seed, replica_rank)
 
     # ------------------------------------------------------------------ lifecycle
     async def launch_server(self) -> None:
