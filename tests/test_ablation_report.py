@@ -136,7 +136,8 @@ def test_every_arm_composes_to_the_variant_its_name_says():
     for arm, cfg in composed.items():
         settings = EgpoSettings.from_algorithm(cfg.algorithm)
         assert settings.enabled
-        shaping = {"grpo_gtpo": "gtpo", "grpo_s": "grpo_s"}.get(arm.removesuffix("_vllm"), "egpo")
+        shaping = {"grpo_gtpo": "gtpo", "grpo_gtpo_joint": "gtpo", "grpo_s": "grpo_s",
+                   "grpo_s_verlloss": "grpo_s"}.get(arm.removesuffix("_vllm"), "egpo")
         assert settings.algo.egpo_method == shaping, arm
         if shaping == "egpo":  # GTPO's and GRPO-S's arms read no EGPO bonus
             assert (settings.algo.egpo_lambda == 0) == arm.startswith("grpo"), arm
@@ -151,9 +152,11 @@ def test_every_arm_composes_to_the_variant_its_name_says():
         assert settings.selects_tokens == (method == "8020"), arm
         assert settings.algo.egpo_token_reweighting == ("stare" if method == "stare" else "none"), arm
         assert settings.algo.egpo_top_entropy_quantile == 0.2
+        base = arm.removesuffix("_vllm")
         assert actor.policy_loss.loss_mode == {"klcov": "kl_cov", "clipcov": "clip_cov"}.get(
-            method, "grpo_s" if shaping == "grpo_s" else "vanilla"), arm
-        assert actor.loss_agg_mode == ("seq-mean-token-mean" if shaping == "grpo_s" else "token-mean"), arm
+            method, "grpo_s" if base == "grpo_s" else "vanilla"), arm  # grpo_s_verlloss: GRPO-S's advantage alone
+        assert actor.loss_agg_mode == ("seq-mean-token-mean" if base in ("grpo_s", "grpo_seqmean") else "token-mean"), arm
+        assert settings.algo.gtpo_norm == ("joint" if base == "grpo_gtpo_joint" else "per_sign"), arm
         assert actor.clip_ratio_high == {"cliphigher": 0.28, "clipcov": 1}.get(method, 0.2), arm
         assert actor.entropy_coeff == (0.001 if method == "entbonus" else 0), arm
     assert all(arm in ARMS for arms in ARM_SETS.values() for arm in arms)

@@ -51,6 +51,11 @@ _METHOD_ARMS = {
     "egpo_rollout_cliphigher": (ESTIMATOR, SOURCE["rollout"], *CLIP_HIGHER),
     "grpo_gtpo": (ESTIMATOR, SOURCE["actor"], *GTPO),  # the paper's H: the old policy's, the actor's recompute
     "grpo_s": (ESTIMATOR, SOURCE["actor"], *GRPO_S),
+    # what sets GTPO and GRPO-S apart from GRPO, one thing at a time (docs/gtpo.md, "Evidence"): GTPO with one z-score
+    # over both signs (not the paper's Eq. 6), GRPO with GRPO-S's 1/G aggregation, GRPO-S's advantage with verl's loss
+    "grpo_gtpo_joint": (ESTIMATOR, SOURCE["actor"], *GTPO, "algorithm.gtpo_norm=joint"),
+    "grpo_seqmean": (*GRPO, f"{ACTOR}.loss_agg_mode=seq-mean-token-mean"),
+    "grpo_s_verlloss": (ESTIMATOR, SOURCE["actor"], GRPO_S[0]),
     "egpo_rollout_8020": (ESTIMATOR, SOURCE["rollout"], *TOP_ENTROPY),
 }
 ARMS = {f"{arm}{suffix}": (*overrides, *engine)
@@ -63,6 +68,7 @@ ARM_SETS = {  # names --arms also takes
     "vllm_sources": ("grpo_vllm", "egpo_actor_vllm", "egpo_rollout_vllm", "egpo_rollout_bypass_vllm",
                      "egpo_surprisal_vllm"),
     "engines": ("egpo_rollout", "egpo_rollout_vllm"),
+    "gtpo_causes": ("grpo", "grpo_gtpo", "grpo_gtpo_joint", "grpo_s", "grpo_seqmean", "grpo_s_verlloss"),
 }
 DEFAULT_ARMS = ARM_SETS["sources"]
 
