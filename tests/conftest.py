@@ -27,6 +27,22 @@ E2E_GROUP = "e2e"
 
 
 @pytest.hookimpl(tryfirst=True)
+def failed_run(proc, tail: int = 3000) -> str:
+    """What a failed subprocess said, for an assertion's message: the first error block of its stderr and stdout
+    (a traceback, or a line naming an error, with what follows it), then the ends of both. A run's own error is often
+    followed by pages of a dying cluster's lines that push it out of the ends alone."""
+    import re
+
+    found = []
+    for name, text in (("stderr", proc.stderr or ""), ("stdout", proc.stdout or "")):
+        match = re.search(r"Traceback \(most recent call last\)|\b\w+(Error|Exception)\b: ", text)
+        if match:
+            start = text.rfind("\n", 0, max(0, match.start() - 500)) + 1
+            found.append(f"--- the first error in {name} ---\n{text[start:match.start() + 3000]}")
+    return "\n".join([*found, f"--- stdout's end ---\n{(proc.stdout or '')[-tail:]}",
+                       f"--- stderr's end ---\n{(proc.stderr or '')[-tail:]}"])
+
+
 def pytest_cmdline_main(config):
     option = config.option
     if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):

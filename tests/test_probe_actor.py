@@ -127,7 +127,7 @@ def test_every_n_th_update_is_probed(setup):
 
 
 def test_settings_are_validated():
-    with pytest.raises(ValueError, match="unknown egpo.probe"):
+    with pytest.raises(ValueError, match=r"unknown key egpo.probe.enabled \(did you mean .enable.\?\)"):
         ProbeSettings.from_config({"enabled": True})
     with pytest.raises(ValueError, match="every must be >= 1"):
         ProbeSettings.from_config({"enable": True, "every": 0})

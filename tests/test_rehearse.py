@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import VERL
+from conftest import VERL, failed_run
 from test_recipes import RECIPES
 
 from egpo.preflight.rehearsal_plan import plan, schedule
@@ -163,7 +163,7 @@ def rehearse_whole(tmp_path, *overrides):
     proc = subprocess.run([sys.executable, "-m", "egpo.rehearse", f"--config-path={RECIPES}", "--config-name=qwen3_1.7b",
                            *overrides], cwd=tmp_path, capture_output=True, text=True,
                           timeout=1800, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, failed_run(proc)
     events = [line for line in proc.stdout.splitlines() if re.match(r"\[rehearse\] [a-z ]+ step +\d+  ", line)]
     assert len(events) == 1 + 20 + 4 + 10 and all(re.search(r"step +\d+  held", line) for line in events), events
     assert "[rehearse] validation on a save step   step  10  held" in proc.stdout
@@ -223,7 +223,7 @@ def test_the_ablation_rehearses_each_arm_through_its_first_save_and_validation(t
                            "--save-every", "2", "--out", str(out), "actor_rollout_ref.rollout.name=hf"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=2700,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, failed_run(proc)
     assert "[ablation] rehearsal of qwen3_1.7b on this CPU:" in proc.stdout
     assert "[ablation] actor_rollout_ref.model.path: 'Qwen/Qwen3-1.7B' -> " in proc.stdout
     assert "ray_kwargs.ray_init" not in proc.stdout  # the runs join the rehearsal's cluster

@@ -45,8 +45,10 @@ VOCAB = 80  # egpo.demo.build's model: every request asks for the whole distribu
 # float32 rounding apart.
 OWN_ATOL = 2e-5
 # The engine's float32 forward against the float64 model: 4e-6 on this project's development machine, 5e-4 measured
-# on CI's (2026-11-28); either way three orders under a misread row, temperature or option.
-FORWARD_ATOL = 2e-3
+# on CI's (2026-11-28), 3e-3 in a log prob after a forced retraction's re-prefill on a loaded 2-core run (2026-11-29;
+# the entropy there 1.2e-3: a log prob carries its own logit's rounding and the log-partition's, the entropy an
+# average); a misread row, temperature or option is off by tenths to whole nats, two orders above.
+FORWARD_ATOL = 1e-2
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from egpo.demo.build import build_model

@@ -18,6 +18,13 @@ sglang's scheduler (an unrelated process) does not have: it fails with ``Authent
 tensors by shared-memory file name (torch's ``file_system`` strategy) lets any process on the machine map them;
 the trainer keeps each tensor alive until the server has loaded it (the post is awaited).
 
+**The shared-memory manager's one second.** Under ``file_system`` each tensor's segment is registered with torch's
+``torch_shm_manager``, a process of its own, and torch gives its answer one second (``libshm``'s ``recv``) before it
+raises "Shared memory manager connection has timed out". On a CPU whose cores a whole run shares (two ranks, the
+engine's schedulers, Ray), the manager has missed that second at a step's push. The failed registration leaves the
+tensor as it was, so egpo registers it again (:data:`SHARE_RETRIES` times, each after a pause twice the last's);
+the manager removes every segment when the run's processes end.
+
 **torch's reducers.** Before serializing, sglang's ``monkey_patch_torch_reductions`` replaces torch's tensor
 reducer by one that rewrites argument 6 of every reduced tensor (a CUDA device index, made a device UUID for
 CUDA IPC). A CPU tensor's reduced arguments have no such slot: it fails with ``IndexError``. sglang skips its
@@ -32,6 +39,30 @@ import os
 import torch.multiprocessing
 
 SHARING_STRATEGY = "file_system"
+SHARE_RETRIES = 6  # registrations of a segment after the first timed out (pauses 0.1 s, doubling: 6.3 s in all)
+SHARE_TIMEOUT = "Shared memory manager connection has timed out"  # libshm's message for its one second
+
+
+def _share_filename_again(original, storage, *args, **kwargs):
+    """torch's ``UntypedStorage._share_filename_cpu_``, registered again where torch's shared-memory manager did not
+    answer within its second (the module's docstring); any other error, or the last timeout, is raised."""
+    import time
+
+    pause = 0.1
+    for attempt in range(SHARE_RETRIES + 1):
+        try:
+            return original(storage, *args, **kwargs)
+        except RuntimeError as err:
+            if SHARE_TIMEOUT not in str(err) or attempt == SHARE_RETRIES:
+                raise
+            time.sleep(pause)
+            pause *= 2
+
+
+def share_filename_patch():
+    from egpo.patching import Patch
+
+    return Patch("torch.storage:UntypedStorage._share_filename_cpu_", _share_filename_again)
 
 
 DEVICE_SLOT_VAR = "CUDA_VISIBLE_DEVICES"
@@ -51,6 +82,7 @@ def prepare_worker_for_sglang() -> None:
     if SHARING_STRATEGY not in torch.multiprocessing.get_all_sharing_strategies():
         raise RuntimeError(f"torch has no {SHARING_STRATEGY!r} sharing strategy; the sglang rollout cannot take weights on CPU")
     torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
+    share_filename_patch().apply()
     prepare_sglang_import()
     keep_torch_tensor_reducer()
 
