@@ -141,3 +141,21 @@ def test_every_arms_preflight_warnings_are_printed_with_what_the_arm_does(tmp_pa
     assert "saves 12.8 GB per GPU" in warned and "actor_rollout_ref.model.use_fused_kernels=true" in warned
     assert "[ablation] arm grpo_entbonus runs as configured all the same" in out
     assert "[ablation] arm grpo:" not in out and "preflight passed for 2 arm(s)" in out
+
+
+def test_every_arms_generation_config_passes_the_settings_check():
+    """egpo.ablation --generate samples each run's checkpoint with the arm's overrides and the generation's own
+    (egpo.generate.setup.GENERATION_OVERRIDES): the result is a configuration egpo accepts for every arm, GTPO's and
+    GRPO-S's included (their method refuses EGPO's response span, which a generation reads)."""
+    from hydra import compose, initialize_config_module
+
+    from egpo.ablation.arms import ARMS
+    from egpo.generate.setup import GENERATION_OVERRIDES
+    from egpo.settings import EgpoSettings
+
+    with initialize_config_module(config_module="egpo.config", version_base=None):
+        for arm in ("grpo", "egpo_rollout", "grpo_gtpo", "grpo_gtpo_joint", "grpo_s", "grpo_s_verlloss", "grpo_stare",
+                    "grpo_8020"):
+            config = compose(config_name="egpo_trainer", overrides=[*ARMS[arm], *GENERATION_OVERRIDES])
+            settings = EgpoSettings.from_algorithm(config.algorithm)
+            assert settings.reads_rollout_entropy and settings.algo.egpo_span == "response", arm

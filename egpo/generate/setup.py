@@ -18,6 +18,9 @@ from egpo.runs.generation_store import SampleStore, read_run
 # manager, the engine's entropy required, log probs returned), read over every response token, no loggers
 GENERATION_OVERRIDES = (
     "algorithm.adv_estimator=egpo",
+    # the sampling and its entropy do not depend on the method a run trained with (an arm's GTPO or GRPO-S), and
+    # EGPO's reading of the whole response below is refused beside those
+    "algorithm.egpo_method=egpo",
     "algorithm.entropy_source=rollout",
     "algorithm.egpo_span=response",
     "algorithm.egpo_token_selection=all",
