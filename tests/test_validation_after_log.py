@@ -74,3 +74,26 @@ def test_a_run_stopped_in_that_validation_leaves_its_step_logged_and_the_validat
     assert (tmp_path / "global_step_2" / VALIDATION_OWED).exists()
     found.validated(2)  # the resumed attempt's validation before training
     assert not (tmp_path / "global_step_2" / VALIDATION_OWED).exists()
+
+
+def test_the_rehearsal_holds_the_validation_of_the_step_it_kills_in_and_no_other(deferred, tmp_path, monkeypatch):
+    """egpo.rehearse names the step whose validation its kill must land in: that validation starts after a hold
+    (the step's line and the owed marker already written), every other step's at once."""
+    found, calls = deferred
+    logger = Logger()
+    slept = []
+    monkeypatch.setattr(validation_after_log.time, "sleep", slept.append)
+    monkeypatch.setenv(validation_after_log.HOLD_VALIDATION_AT, "4")
+    fit_step(found, logger, 2, saves=True, validates=True)
+    assert slept == [] and calls == ["validate"]
+    (tmp_path / "global_step_4").mkdir()
+
+    def validate_while_held():
+        assert slept == [validation_after_log.HOLD_S]  # held before it began
+        assert logger.lines[-1] == (4, {"timing_s/step": 1.0})  # the step's line written
+        assert (tmp_path / "global_step_4" / VALIDATION_OWED).exists()  # and the validation marked owed
+        return {"val-core/acc": 0.5}
+
+    found.validate = validate_while_held
+    fit_step(found, logger, 4, saves=True, validates=True)
+    assert logger.lines[-1][0] == 4 and logger.lines[-1][1]["val-core/acc"] == 0.5

@@ -75,10 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     kill_step = None if args.no_kill else worst_moment(rehearsal)
     kill_lines, every_kill = [], True
     from egpo.rehearse.measure import DiskPeak, disk_line, driver_line
+    from egpo.trainer.validation_after_log import HOLD_VALIDATION_AT
 
     with DiskPeak(where) as disk:
         if kill_step is not None:
-            ended = run_until_killed(command, where, kill_step, env)
+            ended = run_until_killed(command, where, kill_step, {**env, HOLD_VALIDATION_AT: str(kill_step)})
             if ended is None:
                 status = subprocess.run(command, env=env).returncode
                 kill_lines, every_kill = resume_lines(where, kill_step)
