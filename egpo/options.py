@@ -110,7 +110,7 @@ def read(cls, node, prefix: str):
         if f.name not in node:
             continue
         value, key = node[f.name], f"{prefix}.{f.name}"
-        if is_dataclass(f.default_factory() if f.default_factory is not MISSING else None):
+        if f.default_factory is not MISSING:  # a subtree (_key gives only those a factory)
             values[f.name] = read(f.default_factory, value, key)
             continue
         kind = f.type if isinstance(f.type, str) else f.type.__name__
@@ -131,18 +131,22 @@ def at(config, path: str):
     return None if node is None else read(TREES[path], node, path)
 
 
-def _get(node, key):
+def config_get(node, key, default=None):
+    """``node[key]`` of a mapping (a DictConfig) or ``node.key`` of a config object (verl's RolloutConfig); ``default``
+    where the node or its key is missing."""
     if node is None:
-        return None
-    return node.get(key, None) if hasattr(node, "get") else getattr(node, key, None)
+        return default
+    if hasattr(node, "get"):
+        return node.get(key, default)
+    return getattr(node, key, default)
 
 
 def rollout_custom(rollout) -> RolloutCustom:
     """egpo's keys of ``actor_rollout_ref.rollout.custom`` (``rollout``: a DictConfig or verl's RolloutConfig), read
     through :class:`RolloutCustom`; the rest of verl's ``custom`` node (another tool's keys) is left alone."""
-    custom = _get(rollout, "custom")
+    custom = config_get(rollout, "custom")
     declared = [f.name for f in fields(RolloutCustom)]
-    mine = {key: _get(custom, key) for key in declared if _get(custom, key) is not None}
+    mine = {key: config_get(custom, key) for key in declared if config_get(custom, key) is not None}
     return read(RolloutCustom, mine, "actor_rollout_ref.rollout.custom")
 
 

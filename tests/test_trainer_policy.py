@@ -462,3 +462,15 @@ def test_the_trainer_and_verls_registry_compute_one_method_or_the_registry_refus
         with pytest.raises(MethodInputError):  # the method itself, whoever calls it
             compose_method(EgpoSettings.of(config).algo, entropy=handed["token_level_entropy"],
                            **{k: v for k, v in handed.items() if k != "token_level_entropy"} | {needed: None})
+
+
+def test_the_trainers_step_names_what_its_batch_lacks_for_the_method():
+    """STARE without verl's old log probs in the batch: the method's own refusal, said as the trainer's, with the fix."""
+    trainer = make_trainer("algorithm.adv_estimator=egpo", "algorithm.entropy_source=rollout",
+                           "algorithm.egpo_token_reweighting=stare")
+    batch = make_batch(True)
+    with pytest.raises(advantage_step.MissingEntropyError) as refused:
+        advantage_step.compute_egpo_advantage_step(batch, trainer.config.algorithm)
+    assert str(refused.value).startswith("algorithm.egpo_token_reweighting=stare reads each token's surprisal from "
+                                         "verl's old_log_probs")
+    assert str(refused.value).endswith(": this batch lacks it; run through `python -m egpo.main`")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from egpo.compat.versions import verl_stack
 from egpo.engines import ENGINES
-from egpo.options import rollout_custom
+from egpo.options import config_get as _get, rollout_custom
 
 # engine_kwargs.<engine>.<key>: one seed for all replicas
 SHARED_ENGINE_SEEDS = {engine.name: engine.shared_seed_key for engine in ENGINES.values() if engine.shared_seed_key}
@@ -25,14 +25,6 @@ def run_seed_overrides(seed: int, version: str | None = None) -> tuple[str, ...]
     """The overrides that make ``seed`` the run's rollout seed on this verl (each replica's seed derived from it)."""
     key = verl_stack(version).rollout_seed_key
     return (f"actor_rollout_ref.rollout.custom.seed={seed}", *((f"++{key}={seed}",) if key else ()))
-
-
-def _get(node, key, default=None):
-    if node is None:
-        return default
-    if hasattr(node, "get"):
-        return node.get(key, default)
-    return getattr(node, key, default)
 
 
 def sglang_replica_seed(rollout_config, replica_rank: int) -> int | None:

@@ -134,11 +134,10 @@ def row_seed(rollout_config, trajectory: dict) -> int:
     """vLLM's ``SamplingParams.seed`` for one request on a CPU: a hash of the rollout seed (verl's ``rollout.seed``,
     else egpo's ``rollout.custom.seed``), the step and the row (:func:`sample_key`). (On a GPU no seed is set: vLLM
     handles seeded requests one by one in its sampler, a cost every decode step.)"""
-    from egpo.compat.seeds import _get
-    from egpo.options import rollout_custom
+    from egpo.options import config_get, rollout_custom
     from egpo.rollout.hf.seeded_sampling import request_seed
 
-    base = _get(rollout_config, "seed")
+    base = config_get(rollout_config, "seed")
     if base is None:
         base = rollout_custom(rollout_config).seed
     step = trajectory.get("step", -1)

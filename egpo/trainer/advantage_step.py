@@ -15,7 +15,7 @@ import inspect
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer as verl_ray_trainer
 
-from egpo.advantage.method import compose_method, unhandable
+from egpo.advantage.method import MethodInputError, compose_method
 from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.compat.versions import TESTED_VERL, install_hint
 from egpo.compat.verl_shapes import VerlShapeError
@@ -87,15 +87,15 @@ def compute_egpo_advantage_step(data: DataProto, config, norm_adv_by_std_in_grpo
             f"batch['{settings.entropy_key}'] has shape {tuple(entropy.shape)} but responses has shape "
             f"{tuple(responses.shape)}: entropy must be aligned 1:1 with the response tokens"
         )
-    old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else None
-    why = unhandable(algo, old_log_probs=old_log_probs is not None, solved_score=True, update_mask=True)
-    if why:  # verl's recompute, or bypass mode's rollout log probs, fills old_log_probs in egpo's trainer
-        raise MissingEntropyError(f"{why}: this batch lacks it; run through `python -m egpo.main`")
-    method = compose_method(algo, token_level_rewards=batch["token_level_rewards"],
-                            response_mask=batch["response_mask"], index=data.non_tensor_batch["uid"],
-                            entropy=entropy, responses=responses, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-                            prompts=batch["prompts"] if "prompts" in batch.keys() else None,
-                            old_log_probs=old_log_probs, solved_score=_RUN["solved_score"])
+    try:  # verl's recompute, or bypass mode's rollout log probs, fills old_log_probs in egpo's trainer
+        method = compose_method(algo, token_level_rewards=batch["token_level_rewards"],
+                                response_mask=batch["response_mask"], index=data.non_tensor_batch["uid"],
+                                entropy=entropy, responses=responses, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+                                prompts=batch["prompts"] if "prompts" in batch.keys() else None,
+                                old_log_probs=batch["old_log_probs"] if "old_log_probs" in batch.keys() else None,
+                                solved_score=_RUN["solved_score"])
+    except MethodInputError as err:
+        raise MissingEntropyError(f"{err}: this batch lacks it; run through `python -m egpo.main`") from None
     batch["advantages"] = method.advantages
     batch["returns"] = method.returns
     if method.update_mask is not None:  # the 80/20 rule: the mask the actor update trains on
