@@ -23,7 +23,7 @@ class Engine:
     # "module:function" (rollout config) raising an EgpoConfigError that names each setting under which egpo's
     # entropy would be missing or wrong, or its version egpo does not patch; None: none
     limits: str | None
-    # "module:function" (config) -> the settings trainer.device=cpu needs of it, each a fix; None: none
+    # "module:function" (config, run facts) -> the settings trainer.device=cpu needs of it, each a fix; None: none
     cpu_problems: str | None
     # "module:function" () run in each CPU worker before verl's worker starts (its weight push); None: none
     cpu_worker_setup: str | None

@@ -18,6 +18,7 @@ import pytest
 
 from egpo.ablation.attempt import write_run
 from egpo.ablation.cluster import JobDispatch, capacity, run_resources, runtime_env
+from egpo.preflight.run_facts import with_facts
 from egpo.runs.state import ATTEMPT, ATTEMPT_METRICS, DONE, FAILED, JOB, METRICS_FILE, read_steps
 from test_recipes import RECIPES
 
@@ -220,14 +221,14 @@ def test_a_run_that_joins_a_cluster_gives_ray_init_no_node_resources_and_the_fix
                    "++ray_kwargs.ray_init.resources=null"]
     joined = compose("++ray_kwargs.ray_init.address=auto", *fix)
     refuse(check_ray_cluster_settings(joined))
-    refuse(check_cpu_backend(joined))  # the cluster's nodes hold the logical GPUs and 'cpu's, not ray.init
+    refuse(check_cpu_backend(*with_facts(joined)))  # the cluster's nodes hold the logical GPUs and 'cpu's, not ray.init
     assert list(CLUSTER_OVERRIDES) == ["++ray_kwargs.ray_init.address=auto", *fix]
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # a Ray job's entrypoint
     with pytest.raises(EgpoConfigError, match="RAY_ADDRESS=10.0.0.1:6379"):
         refuse(check_ray_cluster_settings(compose()))
     with pytest.raises(EgpoConfigError, match="num_gpus"):  # its own Ray, without the counts: refused as before
         monkeypatch.delenv("RAY_ADDRESS")
-        refuse(check_cpu_backend(compose("++ray_kwargs.ray_init.num_gpus=null")))
+        refuse(check_cpu_backend(*with_facts(compose("++ray_kwargs.ray_init.num_gpus=null"))))
 
 
 STAND_IN = """

@@ -16,6 +16,7 @@ from conftest import VERL
 from egpo.preflight.findings import refuse
 from egpo.preflight.actor_entropy import (CALCULATE, CHUNKED, actor_entropy_keys, actor_entropy_precision,
                                         prepare_actor_entropy, reads_actor_entropy)
+from egpo.preflight.run_facts import with_facts
 
 
 def config(*overrides, name="egpo_trainer"):
@@ -26,7 +27,7 @@ def config(*overrides, name="egpo_trainer"):
 def prepared(*overrides, name="egpo_trainer"):
     cfg = config(*overrides, name=name)
     lines = []
-    refuse(prepare_actor_entropy(cfg, EgpoSettings.from_algorithm(cfg.algorithm), echo=lines.append))
+    refuse(prepare_actor_entropy(*with_facts(cfg, settings=EgpoSettings.from_algorithm(cfg.algorithm), say=lines.append)))
     return cfg, lines
 
 

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from conftest import VERL
 from egpo.preflight.compose import compose
 from egpo.settings import EgpoSettings
+from egpo.preflight.run_facts import with_facts
 
 pytestmark = pytest.mark.skipif(VERL != "0.9.1", reason="VeOmni and TorchTitan actors are verl 0.9.1's")
 
@@ -37,7 +38,7 @@ def test_each_strategy_gets_fp32_entropy_through_its_own_key_and_verl_accepts_it
     settings = EgpoSettings.from_algorithm(config.algorithm)
     said = []
     assert actor_entropy_precision(config) != "fp32"  # verl's defaults: the entropy of the bf16 logits
-    assert prepare_actor_entropy(config, settings, echo=said.append) == []
+    assert prepare_actor_entropy(*with_facts(config, settings=settings, say=said.append)) == []
     assert OmegaConf.select(config, chunked) is True and OmegaConf.select(config, compiled) is False
     assert actor_entropy_precision(config) == "fp32" and any(chunked in line for line in said)
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)  # verl's own actor config class takes it
@@ -53,7 +54,7 @@ def test_megatron_needs_nothing_set():
     config = example("megatron")
     before = OmegaConf.to_container(config.actor_rollout_ref.actor)
     assert actor_entropy_precision(config) == "fp32"
-    assert prepare_actor_entropy(config, EgpoSettings.from_algorithm(config.algorithm), echo=lambda _: None) == []
+    assert prepare_actor_entropy(*with_facts(config, settings=EgpoSettings.from_algorithm(config.algorithm), say=lambda _: None)) == []
     assert OmegaConf.to_container(config.actor_rollout_ref.actor) == before
 
 
@@ -62,7 +63,7 @@ def test_an_actor_strategy_without_an_entry_is_refused_in_one_line():
 
     config = example("dp")
     config.actor_rollout_ref.actor.strategy = "someone_elses"
-    (finding,) = prepare_actor_entropy(config, EgpoSettings.from_algorithm(config.algorithm), echo=lambda _: None)
+    (finding,) = prepare_actor_entropy(*with_facts(config, settings=EgpoSettings.from_algorithm(config.algorithm), say=lambda _: None))
     assert finding.level == "error" and "strategy=someone_elses" in finding.text and "\n" not in finding.text
     assert finding.text.endswith(f"Fix: {ACTOR}.strategy=fsdp2")
 
@@ -80,7 +81,7 @@ def test_the_attention_finding_reads_the_strategys_own_setting(model_engine, mor
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
-    finding = attention_finding(example(model_engine, *more), cuda_here=True)
+    finding = attention_finding(*with_facts(example(model_engine, *more), cuda=True))
     if key is None:
         assert finding is None
     else:
@@ -99,6 +100,6 @@ def test_egpos_whole_pass_refuses_nothing_verl_would_not(model_engine, demo):
                      "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=2",
                      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
                      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2")
-    prepared = prepare(config, preflight=False, echo=lambda _: None)
+    prepared = prepare(config, preflight=None, echo=lambda _: None)
     assert refusal(prepared.findings) is None, [f.text for f in prepared.findings if f.level == "error"]
     assert verl_validate_findings(prepared.config) == []

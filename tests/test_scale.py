@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from egpo.settings import EgpoSettings
 
 from conftest import VERL
 from hydra import compose, initialize_config_dir
@@ -19,6 +18,7 @@ from hydra import compose, initialize_config_dir
 from test_recipes import RECIPES
 
 from egpo.preflight import scale
+from egpo.preflight.run_facts import facts
 from egpo.preflight.scale import KNOWN_SHAPES, ModelShape, ablation_disk_finding, checkpoint_bytes, model_shape
 
 QWEN3 = ("qwen3_1.7b", "qwen3_4b", "qwen3_8b")
@@ -192,14 +192,14 @@ def test_the_update_entropy_warning_and_its_fix(monkeypatch):
     """An entropy bonus on qwen3_4b: 2 x 34,816 tokens x 151,936 x 4 B = 42.3 GB saved per GPU, warned; the fix
     offered (fused kernels) leaves nothing of it."""
     cfg = recipe("qwen3_4b", "actor_rollout_ref.actor.entropy_coeff=0.001")
-    (update,) = [f for f in scale.gpu_findings(cfg, model_shape(cfg), EgpoSettings.from_algorithm(cfg.algorithm)) if "actor update" in f.text]
+    (update,) = [f for f in scale.gpu_findings(cfg, model_shape(cfg), facts(cfg)) if "actor update" in f.text]
     assert update.level == "warning" and f"{2 * 34_816 * 151_936 * 4 / 1e9:,.1f} GB per GPU" in update.text
     fix = update.text.rsplit(": ", 1)[1]
     fixed = recipe("qwen3_4b", "actor_rollout_ref.actor.entropy_coeff=0.001", fix)
-    (update,) = [f for f in scale.gpu_findings(fixed, model_shape(fixed), EgpoSettings.from_algorithm(fixed.algorithm)) if "actor update" in f.text]
+    (update,) = [f for f in scale.gpu_findings(fixed, model_shape(fixed), facts(fixed)) if "actor update" in f.text]
     assert update.level == "fact" and "saves 0.0 MB" in update.text
     plain = recipe("qwen3_4b")
-    (update,) = [f for f in scale.gpu_findings(plain, model_shape(plain), EgpoSettings.from_algorithm(plain.algorithm)) if "actor update" in f.text]
+    (update,) = [f for f in scale.gpu_findings(plain, model_shape(plain), facts(plain)) if "actor update" in f.text]
     assert update.level == "fact" and "egpo adds nothing" in update.text
 
 
@@ -214,7 +214,7 @@ def doc_lines(name: str, overrides, monkeypatch) -> list[str]:
     """The scale lines the preflight prints for a recipe, with 2 TB free on /data (as docs/gpu.md shows them)."""
     monkeypatch.setattr(scale, "free_bytes", lambda where: (2_000 * 10**9, Path("/data")))
     cfg = recipe(name, *overrides)
-    return [f.line().rstrip() for f in scale.scale_findings(cfg, 200, EgpoSettings.from_algorithm(cfg.algorithm))]
+    return [f.line().rstrip() for f in scale.scale_findings(cfg, 200, facts(cfg))]
 
 
 @pytest.mark.parametrize("name, overrides", DOC_BLOCKS)

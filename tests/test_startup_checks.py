@@ -15,6 +15,7 @@ from egpo.preflight.cpu_backend import SGLANG_CPU_ENGINE, check_cpu_backend
 from egpo.preflight.findings import refuse
 from egpo.preflight.rollout_path import MANAGER_KEY, check_rollout_entropy_path, select_agent_loop_manager
 from test_recipes import RECIPES
+from egpo.preflight.run_facts import with_facts
 
 STOCK_MANAGER = "verl.experimental.agent_loop.AgentLoopManager"
 
@@ -27,9 +28,9 @@ def smoke(*overrides):
 def checks(cfg):
     """What egpo.main runs before Ray starts, in its order."""
     settings = EgpoSettings.from_algorithm(cfg.algorithm, rollout_name=cfg.actor_rollout_ref.rollout.name)
-    refuse(check_cpu_backend(cfg))
-    select_agent_loop_manager(cfg, settings)
-    refuse(check_rollout_entropy_path(cfg, settings))
+    refuse(check_cpu_backend(*with_facts(cfg)))
+    select_agent_loop_manager(*with_facts(cfg, settings=settings))
+    refuse(check_rollout_entropy_path(*with_facts(cfg, settings=settings)))
 
 
 @pytest.mark.parametrize("source", ["actor", "rollout", "surprisal"])
@@ -73,7 +74,7 @@ def test_cpu_device_lists_every_missing_setting():
         "~ray_kwargs.ray_init.resources",
     )
     with pytest.raises(EgpoConfigError) as err:
-        refuse(check_cpu_backend(cfg))
+        refuse(check_cpu_backend(*with_facts(cfg)))
     message = str(err.value)
     for fix in ("rollout.name=hf, sglang or vllm", "attn_implementation=eager", "ray_init.num_gpus=1", "resources={cpu:1}"):
         assert fix in message
@@ -92,7 +93,7 @@ def test_every_cpu_fix_works_when_pasted_verbatim(rollout):
         require_sglang()
         removed += [f"~actor_rollout_ref.rollout.engine_kwargs.sglang.{key}" for key in SGLANG_CPU_ENGINE]
     with pytest.raises(EgpoConfigError) as err:
-        refuse(check_cpu_backend(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed)))
+        refuse(check_cpu_backend(*with_facts(smoke(f"actor_rollout_ref.rollout.name={rollout}", *removed))))
     fixes = pasted_fixes(str(err.value))
     assert len(fixes) == len(removed), (fixes, str(err.value))
     # on a recipe that lacks the keys and on one that has them (++ adds or overrides)
@@ -111,9 +112,9 @@ def test_verl_071s_engine_workers_on_cpu_need_fsdp2_and_the_fix_works_pasted():
 
 def test_sglang_on_cpu_needs_its_engine_settings():
     with pytest.raises(EgpoConfigError, match="free_cache_engine=false"):
-        refuse(check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=true")))
+        refuse(check_cpu_backend(*with_facts(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=true"))))
     with pytest.raises(EgpoConfigError, match=r"engine_kwargs.sglang.device=cpu"):
-        refuse(check_cpu_backend(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.engine_kwargs.sglang.device=cuda")))
+        refuse(check_cpu_backend(*with_facts(smoke("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.engine_kwargs.sglang.device=cuda"))))
 
 
 def test_rollout_entropy_from_an_engine_that_returns_none_is_refused_before_ray():
@@ -364,8 +365,8 @@ def test_the_probe_is_refused_on_megatron():
     from egpo.preflight.prepare import pass_probe_settings_to_workers
 
     with pytest.raises(EgpoConfigError, match="egpo.probe.enable=false"):
-        refuse(pass_probe_settings_to_workers(megatron("egpo.probe.enable=true")))
-    refuse(pass_probe_settings_to_workers(megatron()))
+        refuse(pass_probe_settings_to_workers(*with_facts(megatron("egpo.probe.enable=true"))))
+    refuse(pass_probe_settings_to_workers(*with_facts(megatron())))
 
 
 @pytest.mark.skipif(VERL != "0.7.1", reason="verl 0.7.1's engine workers (trainer.use_legacy_worker_impl=disable)")
@@ -373,8 +374,8 @@ def test_the_probe_is_refused_on_verl_071s_engine_workers():
     from egpo.preflight.prepare import pass_probe_settings_to_workers
 
     with pytest.raises(EgpoConfigError, match="hooks no verl 0.7.1 engine worker"):
-        refuse(pass_probe_settings_to_workers(smoke("egpo.probe.enable=true", "trainer.use_legacy_worker_impl=disable")))
-    refuse(pass_probe_settings_to_workers(smoke("egpo.probe.enable=true")))
+        refuse(pass_probe_settings_to_workers(*with_facts(smoke("egpo.probe.enable=true", "trainer.use_legacy_worker_impl=disable"))))
+    refuse(pass_probe_settings_to_workers(*with_facts(smoke("egpo.probe.enable=true"))))
 
 
 USER_CONFIG = Path(__file__).resolve().parent / "data" / "user_config"
@@ -427,23 +428,24 @@ def test_every_suggested_fix_passes_the_whole_config(installed_vllm, engine, sou
 
 def test_stack_refusals_name_their_fix(monkeypatch):
     """What a stack's egpo cannot run is refused before Ray (tested on both stacks: the rules are per version)."""
+    from egpo.engines import HF, SGLANG
     from egpo.preflight import stack
     from egpo.rollout.sglang import versions
 
     cfg = smoke("++trainer.use_v1=true", "++egpo.probe.enable=true", "actor_rollout_ref.rollout.name=sglang",
                 "++actor_rollout_ref.rollout.multi_turn.enable=true")
     monkeypatch.setattr(versions, "installed_sglang", lambda: "0.5.12")
-    [only] = stack.stack_problems(cfg, "0.7.1")  # verl 0.7.1 has no use_v1; its sglang is another
+    [only] = stack.stack_problems(cfg, "0.7.1", SGLANG)  # verl 0.7.1 has no use_v1; its sglang is another
     assert "sglang 0.5.6.post2 (the one verl 0.7.1 pins); this environment has sglang 0.5.12" in only
-    problems = " ".join(stack.stack_problems(cfg, "0.9.1"))
+    problems = " ".join(stack.stack_problems(cfg, "0.9.1", SGLANG))
     assert "probe" not in problems and "multi_turn" not in problems and "sglang" not in problems  # all run there
     assert "set ++trainer.use_v1=false" in problems
     monkeypatch.setattr(versions, "installed_sglang", lambda: "0.5.6.post2")
     assert "pip install --no-deps sglang==0.5.12 && pip install -r .ci/sglang-0.5.12-cpu-requirements.txt" in " ".join(
-        stack.stack_problems(cfg, "0.9.1"))
-    assert stack.stack_problems(smoke(), "0.9.1") == []  # the CPU main job (trainer.device=cpu, hf rollout) runs there
+        stack.stack_problems(cfg, "0.9.1", SGLANG))
+    assert stack.stack_problems(smoke(), "0.9.1", HF) == []  # the CPU main job (trainer.device=cpu, hf rollout) runs there
     # the suggested use_v1 fix, pasted, clears that refusal
-    assert not any("use_v1" in p for p in stack.stack_problems(smoke("++trainer.use_v1=true", "++trainer.use_v1=false"), "0.9.1"))
+    assert not any("use_v1" in p for p in stack.stack_problems(smoke("++trainer.use_v1=true", "++trainer.use_v1=false"), "0.9.1", HF))
 
 
 @pytest.mark.parametrize("version", ["0.7.1", "0.9.1"])
@@ -457,21 +459,21 @@ def test_a_gpu_run_without_flash_attn_is_stated_with_the_install_line_and_sdpa(v
     from egpo.compat import versions
     from egpo.preflight import stack
 
-    monkeypatch.setattr(stack, "verl_version", lambda: version)
+    on = {"verl": version, "stack": versions.VERL[version]}  # the stack whose install line is stated
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
     with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
         qwen = compose(config_name="qwen3_4b")
-        finding = stack.attention_finding(qwen, cuda_here=True)
-        assert finding.level == "error" and stack.attention_finding(qwen, cuda_here=False).level == "warning"
+        finding = stack.attention_finding(*with_facts(qwen, cuda=True, **on))
+        assert finding.level == "error" and stack.attention_finding(*with_facts(qwen, cuda=False, **on)).level == "warning"
         fix = re.search(r"instead: (\S+)$", finding.text).group(1)
         assert fix == "++actor_rollout_ref.model.override_config.attn_implementation=sdpa"
         assert f"Fix: {versions.VERL[version].flash_attn_install} (PyPI has its source only" in finding.text
         assert versions.VERL[version].flash_attn_install.startswith("MAX_JOBS=") and "==" in finding.text  # pinned
-        assert stack.attention_finding(compose(config_name="qwen3_4b", overrides=[fix]), cuda_here=True) is None
-    assert stack.attention_finding(smoke(), cuda_here=True) is None  # trainer.device=cpu
+        assert stack.attention_finding(*with_facts(compose(config_name="qwen3_4b", overrides=[fix]), cuda=True, **on)) is None
+    assert stack.attention_finding(*with_facts(smoke(), cuda=True, **on)) is None  # trainer.device=cpu
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real(name, *a))
-    assert stack.attention_finding(qwen, cuda_here=True) is None
+    assert stack.attention_finding(*with_facts(qwen, cuda=True, **on)) is None
 
 
 def test_an_untested_verl_stops_start_up_naming_the_tested_ones(monkeypatch):
@@ -494,26 +496,26 @@ def test_a_recipes_rollout_engine_that_is_not_installed_is_stated_before_ray_wit
     from egpo.rollout.sglang import versions as sglang_versions
     from egpo.rollout.vllm import versions as vllm_versions
 
-    monkeypatch.setattr(stack, "verl_version", lambda: version)
+    on = {"verl": version, "stack": versions.VERL[version]}  # the stack whose install lines are stated
     monkeypatch.setattr(sglang_versions, "installed_sglang", lambda: "not installed")
     monkeypatch.setattr(vllm_versions, "installed_vllm", lambda: None)
     with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
         qwen = compose(config_name="qwen3_4b")
         on_vllm = compose(config_name="qwen3_4b", overrides=["actor_rollout_ref.rollout.name=vllm"])
     line = versions.VERL[version].gpu_engine_install["sglang"]
-    found = stack.engine_installed_finding(qwen, cuda_here=True)
+    found = stack.engine_installed_finding(*with_facts(qwen, cuda=True, **on))
     assert found.level == "error" and found.topic == "engine"
     assert found.text.startswith("actor_rollout_ref.rollout.name=sglang, and sglang is not installed here")
     assert found.text.endswith(f"Fix (verl {version} on a GPU): {line}")
-    assert stack.engine_installed_finding(qwen, cuda_here=False).level == "warning"
-    assert stack.engine_installed_finding(on_vllm, cuda_here=True).text.endswith(
+    assert stack.engine_installed_finding(*with_facts(qwen, cuda=False, **on)).level == "warning"
+    assert stack.engine_installed_finding(*with_facts(on_vllm, cuda=True, **on)).text.endswith(
         f"Fix (verl {version} on a GPU): pip install vllm=={versions.VERL[version].vllm}")
-    cpu_sglang = stack.engine_installed_finding(smoke("actor_rollout_ref.rollout.name=sglang"))
+    cpu_sglang = stack.engine_installed_finding(*with_facts(smoke("actor_rollout_ref.rollout.name=sglang"), **on))
     assert cpu_sglang.level == "error" and cpu_sglang.text.endswith(
         f"Fix (a CPU run): {sglang_versions.install_line(versions.VERL[version].sglang)}")
-    assert stack.engine_installed_finding(smoke()) is None  # egpo's own hf rollout
+    assert stack.engine_installed_finding(*with_facts(smoke(), **on)) is None  # egpo's own hf rollout
     monkeypatch.setattr(sglang_versions, "installed_sglang", lambda: versions.VERL[version].sglang)
-    assert stack.engine_installed_finding(qwen, cuda_here=True) is None
+    assert stack.engine_installed_finding(*with_facts(qwen, cuda=True, **on)) is None
 
 
 
@@ -522,6 +524,6 @@ def test_fsdp1_on_a_cpu_is_refused_before_ray_with_fsdp2():
     fails on a CPU only once its workers build the model; refused before, naming FSDP2, and the fix passes."""
     from egpo.preflight.cpu_backend import check_cpu_backend
 
-    [found] = check_cpu_backend(smoke("actor_rollout_ref.actor.strategy=fsdp"))
+    [found] = check_cpu_backend(*with_facts(smoke("actor_rollout_ref.actor.strategy=fsdp")))
     assert "actor_rollout_ref.actor.strategy=fsdp2 (FSDP1, strategy=fsdp" in found.text
-    assert check_cpu_backend(smoke("actor_rollout_ref.actor.strategy=fsdp2")) == []
+    assert check_cpu_backend(*with_facts(smoke("actor_rollout_ref.actor.strategy=fsdp2"))) == []

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from egpo.advantage.token_selection import kept_count, top_entropy_mask, validate_token_selection
 from egpo.settings import EgpoConfigError, EgpoSettings
+from egpo.preflight.run_facts import with_facts
 
 
 def reference_mask(entropy, mask, quantile: float) -> np.ndarray:
@@ -242,12 +243,12 @@ def test_a_loss_that_is_not_the_policy_gradient_alone_is_refused_with_a_fix_that
     selection = (f"++algorithm.egpo_token_selection={scope}",)
     cfg = smoke(*selection, *conflict)
     with pytest.raises(EgpoConfigError, match=f"egpo_token_selection={scope} ") as err:
-        refuse(check_token_selection(cfg, EgpoSettings.from_algorithm(cfg.algorithm)))
+        refuse(check_token_selection(*with_facts(cfg, settings=EgpoSettings.from_algorithm(cfg.algorithm))))
     (fix,) = err.value.fixes
     assert " ".join(fix) in str(err.value)
     fixed = smoke(*selection, *conflict, *fix)
     settings = EgpoSettings.from_algorithm(fixed.algorithm)
-    refuse(check_token_selection(fixed, settings))
+    refuse(check_token_selection(*with_facts(fixed, settings=settings)))
     assert settings.selects_tokens
 
 

@@ -14,6 +14,7 @@ from egpo.settings import EgpoConfigError, EgpoSettings
 from test_recipes import RECIPES
 from egpo.preflight.think_tokens import lookup_think_token_ids, resolve_think_token_ids
 from egpo.preflight.temperature import temperature_finding
+from egpo.preflight.run_facts import with_facts
 
 
 def composed(*overrides):
@@ -51,7 +52,7 @@ def refused_by_the_main_jobs_pass(*overrides) -> str:
     from egpo.preflight.prepare import prepare_config
 
     with pytest.raises(EgpoError) as refused:
-        prepare_config(composed(*overrides), preflight=False)
+        prepare_config(composed(*overrides), preflight=None)
     return str(refused.value)
 
 
@@ -178,18 +179,19 @@ def test_unknown_variant_stops_the_job_before_ray():
 
 def test_temperature_mismatch_is_reported_when_entropies_are_compared():
     """A warning of the pass (egpo.preflight lists it; a run prints it before Ray starts)."""
-    from egpo.preflight import preflight_findings
+    from egpo.preflight.prepare import prepare
 
     cfg = composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=0.7")
-    found = temperature_finding(cfg, EgpoSettings.from_algorithm(cfg.algorithm))
+    found = temperature_finding(*with_facts(cfg, settings=EgpoSettings.from_algorithm(cfg.algorithm)))
     assert found.level == "warning" and "temperature is 0.7" in found.text
-    assert any("temperature is 0.7" in f.text for f in preflight_findings(cfg, EgpoSettings.from_algorithm(
-        cfg.algorithm)))
+    in_the_pass = prepare(composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=0.7"),
+                          preflight="all", echo=lambda _: None).findings
+    assert any(f.topic == "temperature" and "temperature is 0.7" in f.text for f in in_the_pass)
     at_one = composed("algorithm.adv_estimator=egpo", "actor_rollout_ref.rollout.temperature=1.0")
-    assert temperature_finding(at_one, EgpoSettings.from_algorithm(at_one.algorithm)) is None
+    assert temperature_finding(*with_facts(at_one, settings=EgpoSettings.from_algorithm(at_one.algorithm))) is None
     OmegaConf.set_struct(cfg, False)
     cfg.actor_rollout_ref.rollout.custom = {"entropy": {"temperature_scaled": True}}
-    assert temperature_finding(cfg, EgpoSettings.from_algorithm(cfg.algorithm)) is None
+    assert temperature_finding(*with_facts(cfg, settings=EgpoSettings.from_algorithm(cfg.algorithm))) is None
 
 
 @pytest.mark.parametrize("args, equivalent", [

@@ -25,6 +25,7 @@ from test_preflight import composed, overrides_for, workdir  # noqa: F401 - the 
 
 from egpo.ablation import ARM_SETS, ARMS, seed_overrides
 from ray_cluster import free_ports
+from egpo.preflight.run_facts import with_facts
 
 ARMS_UNDER_TEST = ARM_SETS["entropy_methods"]
 BONUS_ARMS = {"grpo_entbonus"}  # the arms whose method is the update-time entropy
@@ -38,7 +39,7 @@ def prepared(recipe: str, arm: str, demo, monkeypatch):
     # verl 0.7.1 runs the 80/20 rule on its engine workers only (egpo.preflight.token_selection.check_token_selection)
     engine = ("trainer.use_legacy_worker_impl=disable",) if VERL == "0.7.1" and "8020" in arm else ()
     cfg = composed(recipe, [*overrides_for(recipe, demo), *engine, *ARMS[arm], *seed_overrides(1)])
-    return prepare_config(cfg, preflight=False)
+    return prepare_config(cfg, preflight=None)
 
 
 @pytest.mark.parametrize("recipe", ["qwen3_1.7b", "qwen3_4b", "qwen3_8b"])
@@ -157,7 +158,7 @@ def test_the_update_saves_nothing_vocabulary_sized_but_the_bonus(wide_model, dem
             # the arm's actor settings on the CPU actor, prepared by egpo as a run would be
             actor_overrides = [o for o in ARMS[arm] if o.startswith("actor_rollout_ref.actor.")]
             cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(actor_overrides))
-            refuse(prepare_actor_entropy(cfg, EgpoSettings.from_algorithm(cfg.algorithm), echo=lambda line: None))
+            refuse(prepare_actor_entropy(*with_facts(cfg, settings=EgpoSettings.from_algorithm(cfg.algorithm), say=lambda line: None)))
             worker = make_worker(cfg, lr=1e-3)
             data = batch()
             data.batch["input_ids"] = torch.randint(0, QWEN3_VOCAB, (B, P + R), generator=torch.Generator()

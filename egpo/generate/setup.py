@@ -66,7 +66,7 @@ def generation_config(args):
         raise EgpoConfigError("egpo.generate writes single-turn responses (a multi-turn loop's tool tokens are not the "
                               "model's samples, and --score would read its turns without them): set "
                               "actor_rollout_ref.rollout.multi_turn.enable=false")
-    config = prepare_config(config, preflight=False)
+    config = prepare_config(config, preflight=None)
     refuse(data_findings(config))
     return config, checkpoint
 

@@ -14,19 +14,11 @@ import sys
 
 def run(config_path: str | None, config_name: str, overrides: list[str],
         print_config: bool = False) -> tuple[int, list[str]]:
-    from egpo.preflight import preflight_findings
     from egpo.preflight.compose import compose
     from egpo.preflight.prepare import prepare
-    from egpo.preflight.think_tokens import read_tokenizer
 
-    prepared = prepare(compose(config_path, config_name, overrides), preflight=False)
-    config, findings = prepared.config, list(prepared.findings)
-    tokenizer = None
-    if not any(f.topic == "model" for f in findings):  # else prepare could not read it either, and said why
-        tokenizer, problem = read_tokenizer(config, "the prompt lengths were not measured")
-        if problem is not None:
-            findings.append(problem)
-    findings += preflight_findings(config, prepared.settings, tokenizer)
+    prepared = prepare(compose(config_path, config_name, overrides), preflight="all")
+    config, findings = prepared.config, prepared.findings
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     lines = [f"preflight {config_name} {' '.join(overrides)}".rstrip(), *(f.line() for f in findings),

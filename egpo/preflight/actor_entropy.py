@@ -56,26 +56,30 @@ def actor_entropy_keys(config: DictConfig, version: str | None = None) -> ActorE
     return workers(config, version).entropy_keys(actor_strategy(config))
 
 
-def forward_dtype_is_fp32(config: DictConfig) -> bool:
+def forward_dtype_is_fp32(config: DictConfig, keys: ActorEntropyKeys | None) -> bool:
     """FSDP's forward runs in fp32 (``mixed_precision.param_dtype``, where the actor follows it; verl's default is
     bf16)."""
     value = OmegaConf.select(config, PARAM_DTYPE, default="bf16")
-    keys = actor_entropy_keys(config)
     return keys is not None and keys.follows_param_dtype and str(value).lower() in FP32_NAMES
 
 
-def actor_entropy_precision(config: DictConfig) -> str:
-    """How the actor's entropy will be computed under ``config``: ``"fp32"``, or the reason it would be bf16."""
+_READ = object()  # the keys not given: read from verl's table for the installed verl
+
+
+def actor_entropy_precision(config: DictConfig, keys: ActorEntropyKeys | None = _READ) -> str:
+    """How the actor's entropy will be computed under ``config``: ``"fp32"``, or the reason it would be bf16.
+    ``keys``: where the actor reads its entropy settings (the pass's ``run.entropy_keys``; else read here)."""
     strategy = actor_strategy(config)
     if strategy == "megatron":
         return "fp32"  # Float16Module hands fp32 logits to the vocab-parallel entropy
-    keys = actor_entropy_keys(config)
+    if keys is _READ:
+        keys = actor_entropy_keys(config)
     if keys is None:
         from egpo.compat.versions import verl_version
 
         return (f"{ACTOR}.strategy={strategy}: egpo has no entry for where that actor reads its entropy settings on "
                 f"verl {verl_version()}, so it cannot make that entropy fp32")
-    if OmegaConf.select(config, FUSED, default=False) or forward_dtype_is_fp32(config):
+    if OmegaConf.select(config, FUSED, default=False) or forward_dtype_is_fp32(config, keys):
         return "fp32"
     chunked = keys.chunked
     if not OmegaConf.select(config, REMOVE_PADDING, default=False):
@@ -89,9 +93,10 @@ def actor_entropy_precision(config: DictConfig) -> str:
 UNFIXABLE_FIXES = ((f"{REMOVE_PADDING}=true",), (f"{FUSED}=true",))
 
 
-def compiles_chunked_entropy(config: DictConfig, version: str | None = None) -> list[str]:
+def compiles_chunked_entropy(config: DictConfig, keys: ActorEntropyKeys | None = _READ) -> list[str]:
     """The keys that would compile verl's chunked entropy in this FSDP config (none where it is not chunked)."""
-    keys = actor_entropy_keys(config, version)
+    if keys is _READ:
+        keys = actor_entropy_keys(config)
     if actor_strategy(config) == "megatron" or keys is None:
         return []
     if not OmegaConf.select(config, keys.chunked, default=False):
@@ -99,25 +104,26 @@ def compiles_chunked_entropy(config: DictConfig, version: str | None = None) -> 
     return [key for key in keys.compile if OmegaConf.select(config, key, default=True)]
 
 
-def prepare_actor_entropy(config: DictConfig, settings: EgpoSettings, echo=print) -> list[Finding]:
+def prepare_actor_entropy(config: DictConfig, run) -> list[Finding]:
     """Where egpo reads the actor's entropy: fp32 entropy (chunked entropy set on the remove-padding path, with verl's
     compile of it off; the padded bf16 path refused with its fixes). Any other run is left as it is."""
+    settings = run.settings
     if not reads_actor_entropy(settings):
         return []
+    keys = run.entropy_keys
     with open_dict(config):
-        precision = actor_entropy_precision(config)
-        keys = actor_entropy_keys(config)
+        precision = actor_entropy_precision(config, keys)
         if precision != "fp32" and keys is not None and OmegaConf.select(config, REMOVE_PADDING, default=False):
             chunked = keys.chunked
             OmegaConf.update(config, chunked, True, force_add=True)
-            echo(f"[egpo] {chunked}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
-            precision = actor_entropy_precision(config)
+            run.say(f"[egpo] {chunked}=true: egpo reads the actor's entropy, and verl computes it in fp32 only there")
+            precision = actor_entropy_precision(config, keys)
         if precision == "fp32":
-            compiled = compiles_chunked_entropy(config)
+            compiled = compiles_chunked_entropy(config, keys)
             for key in compiled:
                 OmegaConf.update(config, key, False, force_add=True)
             if compiled:
-                echo(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
+                run.say(f"[egpo] {' '.join(key + '=false' for key in compiled)}: verl's compiled chunked entropy recompiles for every new "
                      "token count (8 times a worker), then runs eager anyway")
     what = settings.actor_entropy_use
     if precision != "fp32" and keys is None:

@@ -76,11 +76,11 @@ def engine_context(config) -> tuple[int, str]:
     return sequence_length(config), "data.max_prompt_length + data.max_response_length, at least"
 
 
-def prefill_budget_findings(config) -> list[Finding]:
+def prefill_budget_findings(config, stack=None) -> list[Finding]:
     """vLLM without chunked prefill takes a prompt's whole prefill in one step, so it refuses a
     ``max_num_batched_tokens`` under its ``max_model_len`` at engine start, after Ray and the weights' load (verl 0.7.1
     passes the pair through); verl 0.9.1 raises the budget to ``max_model_len`` first, so a step's batch then holds
-    that many tokens, not the number set."""
+    that many tokens, not the number set. ``stack``: the installed verl's table entry (read here where not given)."""
     from egpo.compat.versions import verl_stack
     from egpo.preflight.scale import sequence_length
 
@@ -97,7 +97,7 @@ def prefill_budget_findings(config) -> list[Finding]:
             f"({whence}) with actor_rollout_ref.rollout.enable_chunked_prefill=false")
     bound = (f"actor_rollout_ref.rollout.max_model_len={sequence}", f"actor_rollout_ref.rollout.max_num_batched_tokens="
              f"{max(budget, sequence)}")
-    if verl_stack().raises_prefill_budget:
+    if (stack or verl_stack()).raises_prefill_budget:
         return [warning("batch", f"{said}: verl raises the budget to {context} at engine start, so a prefill step "
                                  f"holds up to {context} tokens' activations; bound both to the run's sequence with "
                                  f"{' '.join(bound)}, or set actor_rollout_ref.rollout.enable_chunked_prefill=true")]
@@ -106,6 +106,6 @@ def prefill_budget_findings(config) -> list[Finding]:
                   fixes=(("actor_rollout_ref.rollout.enable_chunked_prefill=true",), bound))]
 
 
-def batch_findings(config) -> list[Finding]:
-    return [*token_budget_findings(config), *parallel_findings(config), *prefill_budget_findings(config),
+def batch_findings(config, run) -> list[Finding]:
+    return [*token_budget_findings(config), *parallel_findings(config), *prefill_budget_findings(config, run.stack),
             *verl_validate_findings(config)]

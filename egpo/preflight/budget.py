@@ -70,6 +70,11 @@ def planned_steps(config, train_rows: int | None) -> tuple[int | None, list[Find
     return steps, findings
 
 
+def generation_findings(config, run) -> list[Finding]:
+    """:func:`budget_findings` for the rows the data step counted (``run.rows``)."""
+    return budget_findings(config, run.rows.get("data.train_files"), run.rows.get("data.val_files"))
+
+
 def budget_findings(config, train_rows: int | None, val_rows: int | None) -> list[Finding]:
     data, trainer = config.data, config.trainer
     rollout = config.actor_rollout_ref.rollout

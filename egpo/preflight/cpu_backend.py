@@ -8,33 +8,30 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.compat.versions import VERL, verl_stack, verl_version
-from egpo.compat.workers import worker_family, workers
-from egpo.engines import ENGINES, engine, load
+from egpo.compat.versions import VERL
+from egpo.engines import ENGINES, load
 from egpo.preflight.findings import Finding, error, warning
 from egpo.preflight.ray_cluster import joined_ray_cluster
-from egpo.settings import rollout_name
 
 
 SGLANG_CPU_ENGINE = {"device": "cpu", "attention_backend": "torch_native", "enable_memory_saver": False}
 
 
-def sglang_cpu_install() -> str:
-    """The CPU install line of the sglang egpo patches on the installed verl."""
-    from egpo.compat.versions import verl_stack
+def sglang_cpu_install(stack) -> str:
+    """The CPU install line of the sglang egpo patches on verl ``stack`` (:class:`egpo.compat.versions.VerlStack`)."""
     from egpo.rollout.sglang.versions import install_line
 
-    return f"{install_line(verl_stack().sglang)} (docs/cpu.md, 'sglang on a CPU')"
+    return f"{install_line(stack.sglang)} (docs/cpu.md, 'sglang on a CPU')"
 
 
-def sglang_cpu_problems(config: DictConfig) -> list[str]:
+def sglang_cpu_problems(config: DictConfig, run) -> list[str]:
     """rollout.name=sglang on trainer.device=cpu: sglang's CPU engine settings (recipes/cpu_smoke.yaml has them)."""
     import importlib.util
 
     rollout = config.actor_rollout_ref.rollout
     problems = []
     if importlib.util.find_spec("sglang") is None:
-        problems.append(f"sglang installed: {sglang_cpu_install()}")
+        problems.append(f"sglang installed: {sglang_cpu_install(run.stack)}")
     engine = (rollout.get("engine_kwargs", None) or {}).get("sglang", None) or {}
     for key, value in SGLANG_CPU_ENGINE.items():
         if engine.get(key, None) != value:
@@ -92,14 +89,14 @@ def vllm_cpu_install_problem() -> str | None:
     return None
 
 
-def vllm_cpu_problems(config: DictConfig) -> list[str]:
+def vllm_cpu_problems(config: DictConfig, run) -> list[str]:
     """rollout.name=vllm on trainer.device=cpu: verl 0.9.1 with vLLM's CPU build (egpo.cpu.vllm_rollout), the settings
     verl's vLLM server needs there (recipes/cpu_smoke.yaml has them)."""
     from egpo.cpu.vllm_rollout import CPU_ATTENTION_HEAD_SIZES, TESTED_CPU_BUILD
 
-    if not verl_stack().vllm_on_cpu:
+    if not run.stack.vllm_on_cpu:
         runs = " or ".join(f"verl {v}" for v, stack in VERL.items() if stack.vllm_on_cpu)
-        return [f"{runs} (verl {verl_version()} pins a vLLM with no CPU build that runs its torch; egpo runs "
+        return [f"{runs} (verl {run.verl} pins a vLLM with no CPU build that runs its torch; egpo runs "
                 f"verl's vLLM path on a CPU with {runs} and vllm-cpu=={TESTED_CPU_BUILD}), or "
                 "actor_rollout_ref.rollout.name=sglang"]
     rollout = config.actor_rollout_ref.rollout
@@ -132,12 +129,10 @@ def vllm_cpu_problems(config: DictConfig) -> list[str]:
     return problems
 
 
-def check_cpu_backend(config: DictConfig) -> list[Finding]:
+def check_cpu_backend(config: DictConfig, run) -> list[Finding]:
     """trainer.device=cpu: the settings egpo's CPU backend needs (recipes/cpu_smoke.yaml has them all)."""
-    device = config.trainer.get("device", "cuda")
-    name = rollout_name(config)
-    described = engine(name)
-    if device != "cpu":
+    name, described = run.rollout, run.engine
+    if not run.on_cpu:
         if described is not None and described.cpu_only:
             return [error("cpu", f"actor_rollout_ref.rollout.name={name} is egpo's CPU rollout; set "
                                  "trainer.device=cpu")]
@@ -148,12 +143,12 @@ def check_cpu_backend(config: DictConfig) -> list[Finding]:
         problems.append(f"actor_rollout_ref.rollout.name={', '.join(others)} or {last} (got {name!r}; "
                         "verl's other engines need a GPU)")
     elif described.cpu_problems:
-        problems += load(described.cpu_problems)(config)
+        problems += load(described.cpu_problems)(config, run)
     engine_strategy = OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.strategy", default="fsdp")
-    if workers(config).cpu_needs_fsdp2 and engine_strategy != "fsdp2":
-        problems.append(f"++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl {verl_version()}'s "
-                        f"{worker_family(config)} worker builds FSDP1 from that key, which needs a GPU device id)")
-    if config.actor_rollout_ref.actor.strategy != "fsdp2":
+    if run.workers.cpu_needs_fsdp2 and engine_strategy != "fsdp2":
+        problems.append(f"++actor_rollout_ref.actor.fsdp_config.strategy=fsdp2 (verl {run.verl}'s "
+                        f"{run.family} worker builds FSDP1 from that key, which needs a GPU device id)")
+    if run.strategy != "fsdp2":
         problems.append("actor_rollout_ref.actor.strategy=fsdp2 (FSDP1, strategy=fsdp, syncs the module's states "
                         "through a GPU device)")
     attn = (config.actor_rollout_ref.model.get("override_config", None) or {}).get("attn_implementation", None)
@@ -175,11 +170,11 @@ def check_cpu_backend(config: DictConfig) -> list[Finding]:
     return []
 
 
-def leftover_finding(config: DictConfig) -> Finding | None:
+def leftover_finding(config: DictConfig, run) -> Finding | None:
     """A warning naming the segments in /dev/shm that no process maps, for a CPU run with vLLM (None otherwise)."""
-    from egpo.cpu.vllm_rollout import SEGMENT_PATTERNS, SHM, disk_bytes, unmapped_segments, uses_vllm_on_cpu
+    from egpo.cpu.vllm_rollout import SEGMENT_PATTERNS, SHM, disk_bytes, unmapped_segments
 
-    if not uses_vllm_on_cpu(config) or not SHM.is_dir():
+    if not (run.on_cpu and run.rollout == "vllm") or not SHM.is_dir():
         return None
     left = unmapped_segments()
     if not left:

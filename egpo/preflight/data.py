@@ -65,6 +65,21 @@ def file_findings(split: SplitData) -> list[Finding]:
     return [fact("data", f"{split.key}: {shown}: {rows}")]
 
 
+def data_findings(config, run) -> list[Finding]:
+    """The data files of each split a run reads, with the rows it will train and validate on (into ``run.rows``; with
+    the tokenizer ``python -m egpo.preflight`` read, the prompt lengths and the rows verl's filter keeps)."""
+    findings: list[Finding] = []
+    for split in run_splits(config):
+        findings += file_findings(split)
+        run.rows[split.key] = split.rows
+        if run.tokenizer is not None:
+            lengths, kept = prompt_length_findings(config, split, run.tokenizer)
+            findings += lengths
+            if kept is not None:
+                run.rows[split.key] = kept
+    return findings
+
+
 def prompt_lengths(config, split: SplitData, tokenizer) -> list[int]:
     """Token count of every prompt in the split's files, as verl's dataset counts it."""
     import pandas as pd

@@ -20,13 +20,13 @@ def _select(config, key, default=None):
     return OmegaConf.select(config, key, default=default, throw_on_missing=False)
 
 
-def actor_entropy_findings(config, settings) -> list[Finding]:
+def actor_entropy_findings(config, run) -> list[Finding]:
     from egpo.preflight.actor_entropy import actor_entropy_precision, reads_actor_entropy
 
-    if not reads_actor_entropy(settings):
+    if not reads_actor_entropy(run.settings):
         return []
-    use = settings.actor_entropy_use
-    precision = actor_entropy_precision(config)
+    use = run.settings.actor_entropy_use
+    precision = actor_entropy_precision(config, run.entropy_keys)
     if precision == "fp32":
         return [fact("entropy", f"the actor's entropy ({use}) is computed in fp32 "
                                 "(egpo.preflight.actor_entropy)")]
@@ -42,15 +42,15 @@ def rollout_replicas(config) -> int:
     return max(1, devices // per_replica)
 
 
-def seed_findings(config) -> list[Finding]:
+def seed_findings(config, stack) -> list[Finding]:
+    """``stack``: the installed verl's table entry."""
     from egpo.compat.seeds import shared_engine_seeds
-    from egpo.compat.versions import verl_stack
 
     shared = shared_engine_seeds(config.actor_rollout_ref.rollout)
     replicas = rollout_replicas(config)
     if not shared or replicas < 2:
         return []
-    key = verl_stack().rollout_seed_key
+    key = stack.rollout_seed_key
     instead = (f"; set the run's seed with ++{key}=N instead (each replica gets replica_rank + N)" if key else
                "; egpo's sglang server and verl's vLLM server then seed each replica from its rank")
     return [warning("seeds", f"{', '.join(shared)} gives all {replicas} rollout replicas one engine seed, so copies of "
@@ -70,13 +70,11 @@ def side_model_findings(config) -> list[Finding]:
     return findings
 
 
-def engine_version_findings(config) -> list[Finding]:
-    """A rollout engine inside a tested range but not itself tested (package metadata only, no engine import)."""
+def engine_version_findings(described) -> list[Finding]:
+    """A rollout engine (``described``: its egpo.engines.Engine) inside a tested range but not itself tested (package
+    metadata only, no engine import)."""
     import importlib
 
-    from egpo.engines import engine
-
-    described = engine(_select(config, "actor_rollout_ref.rollout.name"))
     if described is None or described.versions is None:
         return []
     engine_versions = importlib.import_module(described.versions)
@@ -85,6 +83,6 @@ def engine_version_findings(config) -> list[Finding]:
     return [warning("engines", note)] if note else []
 
 
-def engine_findings(config, settings) -> list[Finding]:
-    return [*actor_entropy_findings(config, settings), *seed_findings(config), *side_model_findings(config),
-            *engine_version_findings(config)]
+def engine_findings(config, run) -> list[Finding]:
+    return [*actor_entropy_findings(config, run), *seed_findings(config, run.stack), *side_model_findings(config),
+            *engine_version_findings(run.engine)]

@@ -70,7 +70,7 @@ def misspelled_override_problems(overrides: list[str]) -> list[str]:
     return problems
 
 
-def check_unknown_keys(config: DictConfig) -> list[Finding]:
+def check_unknown_keys(config: DictConfig, run=None) -> list[Finding]:
     problems = _unknown(config.algorithm, verl_algorithm_keys() + EGPO_ALGORITHM_KEYS, "algorithm")
     egpo = OmegaConf.select(config, "egpo", default=None)
     if egpo is not None:

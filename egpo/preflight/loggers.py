@@ -24,7 +24,7 @@ def wandb_credentials() -> bool:
         return False
 
 
-def logger_findings(config) -> list[Finding]:
+def logger_findings(config, run=None) -> list[Finding]:
     from egpo.runs.main_dir import run_directory, trainer_loggers
 
     loggers = trainer_loggers(config)

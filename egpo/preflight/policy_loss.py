@@ -14,11 +14,10 @@ HOOK = "egpo.advantage.loss_plugin.setup"
 SEQUENCE_MEAN = "seq-mean-token-mean"
 
 
-def check_policy_loss(config: DictConfig) -> list[Finding]:
+def check_policy_loss(config: DictConfig, run) -> list[Finding]:
     """GRPO-S's advantage without its loss, or its loss with another aggregation: warned, with the fix. Where the
     loss runs on a verl without a plugin group (0.7.1), Ray's worker setup hook registers it in every worker."""
     from egpo.advantage.sequence_loss import LOSS_MODE
-    from egpo.compat.versions import verl_stack
 
     loss_mode = OmegaConf.select(config, LOSS_MODE_KEY, default="vanilla")
     method = (config.get("algorithm", None) or {}).get("egpo_method", "egpo")
@@ -33,7 +32,7 @@ def check_policy_loss(config: DictConfig) -> list[Finding]:
     if agg != SEQUENCE_MEAN:
         found.append(warning("loss", f"the grpo_s loss averages over responses in the paper (1/G): {AGG_KEY}="
                                      f"{SEQUENCE_MEAN} (now {agg!r})"))
-    if verl_stack().loads_verl_plugins:
+    if run.stack.loads_verl_plugins:
         return found  # verl imports egpo.advantage.loss_plugin in every process (pyproject's verl.plugins)
     hook = OmegaConf.select(config, HOOK_KEY, default=None)
     if hook not in (None, HOOK):

@@ -22,7 +22,7 @@ def joined_ray_cluster(config: DictConfig) -> str | None:
     return f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}" if os.environ.get("RAY_ADDRESS") else None
 
 
-def check_ray_cluster_settings(config: DictConfig) -> list[Finding]:
+def check_ray_cluster_settings(config: DictConfig, run=None) -> list[Finding]:
     """A run that joins a running cluster gives ray.init none of a node's resources: Ray would refuse them only once
     the driver starts."""
     joined = joined_ray_cluster(config)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.engines import Engine, engine, load
+from egpo.engines import Engine, load
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error
-from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, LOG_PROBS, ROLLOUT_NAME, EgpoSettings, fix_text, rollout_name
+from egpo.settings import BYPASS, ENTROPY_ROLLOUTS, LOG_PROBS, ROLLOUT_NAME, EgpoSettings, fix_text
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 
@@ -20,7 +20,7 @@ def _load(path: str):
     return load_class_from_fqn(path, "AgentLoopManager")
 
 
-def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> None:
+def select_agent_loop_manager(config: DictConfig, run) -> None:
     """egpo's agent-loop manager where egpo needs it, verl's own path everywhere else.
 
     With ``adv_estimator=egpo`` (the rollout's entropy into the batch, sglang's entropy server, the tool loop's
@@ -34,20 +34,19 @@ def select_agent_loop_manager(config: DictConfig, settings: EgpoSettings) -> Non
 
     if OmegaConf.select(config, MANAGER_KEY, default=None):
         return
-    described = engine(rollout_name(config))
-    if settings.enabled or (described is not None and described.cpu_only):
+    if run.settings.enabled or (run.engine is not None and run.engine.cpu_only):
         with open_dict(config):
             OmegaConf.update(config, MANAGER_KEY, MANAGER_PATH, force_add=True)
 
 
-def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
+def check_rollout_entropy_path(config: DictConfig, run) -> list[Finding]:
     """entropy_source=rollout needs an engine that returns entropy and egpo's agent-loop manager (the only path
     into the batch); entropy_source=surprisal needs verl's rollout log probs; rollout.name=hf needs that manager too;
     sglang's and vLLM's entropy limits are checked here already."""
     from egpo.rollout.agent_loop import MANAGER_PATH, EntropyAgentLoopManager
 
     rollout = config.actor_rollout_ref.rollout
-    name = rollout_name(config)
+    name, described, settings = run.rollout, run.engine, run.settings
     if settings.reads_surprisal and not OmegaConf.select(config, LOG_PROBS, default=False):
         fixes = ((f"++{LOG_PROBS}=true",),)
         return [error(
@@ -70,7 +69,6 @@ def check_rollout_entropy_path(config: DictConfig, settings: EgpoSettings) -> li
         )]
     manager_path = (rollout.get("agent", None) or {}).get("agent_loop_manager_class", None)
     uses_ours = bool(manager_path) and issubclass(_load(manager_path), EntropyAgentLoopManager)
-    described = engine(name)
     serves = described is not None and (wants_rollout_entropy or not described.only_for_rollout_entropy)
     if uses_ours and serves and described.limits:
         return engine_limit_findings(rollout, settings, described)

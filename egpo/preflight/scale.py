@@ -185,9 +185,10 @@ def entropy_saved_bytes(config, tokens: int, vocab: int) -> int:
     return tokens * vocab * dtype_bytes  # the softmax, in the logits' dtype
 
 
-def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
-    from egpo.preflight.actor_entropy import actor_entropy_keys, reads_actor_entropy
+def gpu_findings(config, shape: ModelShape, run) -> list[Finding]:
+    from egpo.preflight.actor_entropy import reads_actor_entropy
 
+    settings = run.settings
     findings = []
     tokens, vocab = update_tokens_per_gpu(config), shape.vocab_size
     reason = update_entropy_reason(config)
@@ -207,7 +208,7 @@ def gpu_findings(config, shape: ModelShape, settings) -> list[Finding]:
                                            f"{FUSED_FIX}"))
         else:
             findings.append(fact("gpu", text))
-    keys = actor_entropy_keys(config)
+    keys = run.entropy_keys
     if settings.enabled and reads_actor_entropy(settings) and keys is not None and \
             _select(config, keys.chunked, False) and \
             not _select(config, "actor_rollout_ref.model.use_fused_kernels", False):
@@ -236,14 +237,17 @@ def step_batch_bytes(config) -> int:
 
 def egpo_driver_bytes(config, settings) -> int:
     """The most host memory egpo adds on the driver per step (:func:`driver_findings`'s total; 0: none)."""
-    return sum(size for _, size in _driver_parts(config, settings))
+    from egpo.settings import rollout_name
+
+    return sum(size for _, size in _driver_parts(config, settings, rollout_name(config)))
 
 
-def driver_findings(config, settings) -> list[Finding]:
+def driver_findings(config, run) -> list[Finding]:
     """Host memory egpo holds on the driver per step (transient; freed with the batch)."""
+    settings = run.settings
     if not settings.enabled:
         return []
-    parts = _driver_parts(config, settings)
+    parts = _driver_parts(config, settings, run.rollout)
     cells = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n) * \
         int(config.data.max_response_length)
     if not parts:
@@ -253,9 +257,10 @@ def driver_findings(config, settings) -> list[Finding]:
                            ", ".join(f"{name} {gb(size)}" for name, size in parts))]
 
 
-def _driver_parts(config, settings) -> list[tuple[str, int]]:
+def _driver_parts(config, settings, rollout: str | None) -> list[tuple[str, int]]:
+    """``rollout``: actor_rollout_ref.rollout.name."""
     from egpo.preflight.actor_entropy import reads_actor_entropy
-    from egpo.settings import ENTROPY_ROLLOUTS, rollout_name
+    from egpo.settings import ENTROPY_ROLLOUTS
 
     if not settings.enabled:
         return []
@@ -266,7 +271,7 @@ def _driver_parts(config, settings) -> list[tuple[str, int]]:
     recompute = reads_actor_entropy(settings)  # the actor's recompute entropy reaches the driver
     if recompute and source.from_recompute:  # verl drops it after its metric; egpo keeps it
         parts.append((source.cost_words, cells * source.driver_bytes))
-    if rollout_name(config) in ENTROPY_ROLLOUTS:  # egpo's engines return their entropy into every egpo run's batch
+    if rollout in ENTROPY_ROLLOUTS:  # egpo's engines return their entropy into every egpo run's batch
         engine = SOURCES["rollout"]
         parts.append((engine.cost_words, cells * engine.driver_bytes))
         if recompute:
@@ -411,17 +416,24 @@ def ablation_disk_finding(config, runs: int, keep: int, out: Path) -> Finding | 
                         "starts from)", lambda k: f"--keep {k - 1}", fewest=3)
 
 
-def scale_findings(config, steps: int | None, settings) -> list[Finding]:
+def run_scale_findings(config, run) -> list[Finding]:
+    """:func:`scale_findings` over the steps the data step's rows plan (``run.rows``)."""
+    from egpo.preflight.budget import planned_steps
+
+    return scale_findings(config, planned_steps(config, run.rows.get("data.train_files"))[0], run)
+
+
+def scale_findings(config, steps: int | None, run) -> list[Finding]:
     """What egpo adds per GPU and on the driver, and the run's checkpoint footprint, for a prepared config and its
-    settings (:class:`egpo.settings.EgpoSettings`)."""
+    facts (:class:`egpo.preflight.run_facts.Run`)."""
     shape = model_shape(config)
     if shape is None:
         return [fact("scale", f"the shape of {config.actor_rollout_ref.model.path} is unknown (no readable "
                               "config.json): per-GPU and checkpoint figures not computed")]
     findings = [fact("scale", f"{_count(shape.parameters)} parameters, vocabulary {shape.vocab_size:,} "
                               f"({shape.source})")]
-    findings += gpu_findings(config, shape, settings)
-    findings += driver_findings(config, settings)
+    findings += gpu_findings(config, shape, run)
+    findings += driver_findings(config, run)
     checkpoint = run_checkpoint_finding(config, shape, steps)
     if checkpoint is not None:
         findings.append(checkpoint)

@@ -10,25 +10,24 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from egpo.compat.versions import verl_stack, verl_version
-from egpo.engines import engine
+from egpo.compat.versions import VERL
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error, refused, warning
-from egpo.settings import rollout_name
 
 
-def stack_problems(config: DictConfig, version: str) -> list[str]:
+def stack_problems(config: DictConfig, version: str, described) -> list[str]:
+    """What verl ``version`` cannot run of this config, whose rollout engine is ``described``
+    (:class:`egpo.engines.Engine`, None: not one egpo reads entropy from)."""
     problems = []
-    if verl_stack(version).has_v1_trainer and OmegaConf.select(config, "trainer.use_v1", default=False):
+    if VERL[version].has_v1_trainer and OmegaConf.select(config, "trainer.use_v1", default=False):
         problems.append("trainer.use_v1=true selects verl's TransferQueue trainer, whose advantage step never sees "
                         "the entropy or the responses EGPO needs; set ++trainer.use_v1=false (egpo's configs do)")
-    described = engine(rollout_name(config))
     if described is not None and described.must_match_verl_pin:  # egpo patches the version this verl pins
         import importlib
 
         table = importlib.import_module(described.versions)
         name = described.name
-        installed, expected = getattr(table, f"installed_{name}")(), getattr(verl_stack(version), name)
+        installed, expected = getattr(table, f"installed_{name}")(), getattr(VERL[version], name)
         if installed not in (None, "not installed", expected):
             problems.append(f"actor_rollout_ref.rollout.name={name}: on verl {version} egpo patches {name} {expected} "
                             f"(the one verl {version} pins); this environment has {name} {installed}. Install it: "
@@ -36,29 +35,23 @@ def stack_problems(config: DictConfig, version: str) -> list[str]:
     return problems
 
 
-def engine_installed_finding(config: DictConfig, cuda_here: bool | None = None):
+def engine_installed_finding(config: DictConfig, run):
     """The rollout engine the config names is installed: verl imports it only as its workers start, after Ray started
     and the actor loaded. Not installed: an error on a CPU run and on a machine with a GPU (its workers run from this
     environment), with the install line for this verl; a warning on a machine without one (the GPU nodes may run
     their own image). None: installed, or egpo's own (hf)."""
     import importlib
 
-    name = rollout_name(config)
-    described = engine(name)
+    name, described = run.rollout, run.engine
     if described is None or described.versions is None:
         return None
     table = importlib.import_module(described.versions)
     if getattr(table, f"installed_{name}")() not in (None, "not installed"):
         return None
-    version = verl_version()
-    stack = verl_stack(version)
-    on_cpu = str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu"
+    version, stack, on_cpu = run.verl, run.stack, run.on_cpu
     if on_cpu and name == "vllm":
         return None  # the CPU build's own check names its install (egpo.preflight.cpu_backend)
-    if cuda_here is None and not on_cpu:
-        import torch
-
-        cuda_here = torch.cuda.is_available()
+    cuda_here = not on_cpu and run.cuda_here
     fix = table.install_line(stack.sglang) if on_cpu else stack.gpu_engine_install[name]
     text = (f"actor_rollout_ref.rollout.name={name}, and {name} is not installed "
             f"{'here' if on_cpu or cuda_here else 'on this machine'}: verl imports it as its workers start, after Ray "
@@ -77,7 +70,7 @@ STRATEGY_ATTENTION_KEYS = {"veomni": "actor_rollout_ref.actor.veomni.attn_implem
 STRATEGIES_WITHOUT_FLASH_ATTN = ("torchtitan",)
 
 
-def attention_finding(config: DictConfig, cuda_here: bool | None = None):
+def attention_finding(config: DictConfig, run):
     """A GPU run's actor and reference load with verl's default attention, flash-attention 2, unless the config names
     another (verl 0.9.1 ``workers/config/model.py``, 0.7.1 ``fsdp_workers.py``: ``attn_implementation`` from
     ``override_config``); transformers refuses it at the model's load where the ``flash_attn`` package is missing, on
@@ -86,25 +79,21 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
     nodes of their own image). None: a CPU run, another attention, or flash_attn installed."""
     import importlib.util
 
-    if str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu":
+    if run.on_cpu:
         return None
-    strategy = str(OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default="fsdp"))
+    strategy = run.strategy
     if strategy in STRATEGIES_WITHOUT_FLASH_ATTN:
         return None
     key = STRATEGY_ATTENTION_KEYS.get(strategy, ATTENTION_KEY)
     attention = OmegaConf.select(config, key, default=None) or FLASH_ATTENTION
     if attention != FLASH_ATTENTION or importlib.util.find_spec("flash_attn") is not None:
         return None
-    if cuda_here is None:
-        import torch
-
-        cuda_here = torch.cuda.is_available()
-    version = verl_version()
+    cuda_here, version = run.cuda_here, run.verl
     set_or_not = f"{key}={attention}" if OmegaConf.select(config, key, default=None) else f"{key} is not set"
     text = (f"the actor loads with attention {FLASH_ATTENTION} (verl's default; {set_or_not}), and the "
             f"flash_attn package is not installed {'here' if cuda_here else 'on this machine'} (egpo's "
             f"'.[verl{version.replace('.', '')}]' does not bring it): every worker would fail at the model's load. "
-            f"Fix: {verl_stack(version).flash_attn_install} (PyPI has its source only: it compiles against the "
+            f"Fix: {run.stack.flash_attn_install} (PyPI has its source only: it compiles against the "
             "installed torch, 3-5 minutes on 64 cores with ninja by flash-attn's own account, and each compile job "
             "takes gigabytes of memory, so MAX_JOBS caps them), or PyTorch's attention, which attends over each packed "
             "micro-batch whole under a mask (on a CPU 3.4x the time of attending within each sequence, at two "
@@ -114,17 +103,16 @@ def attention_finding(config: DictConfig, cuda_here: bool | None = None):
                                                                                   "another image, check it there)")
 
 
-def check_stack(config: DictConfig) -> list[Finding]:
-    """The installed verl is a tested one, shaped as egpo relies on (:mod:`egpo.compat.verl_shapes`), and this config
-    is one its egpo runs."""
+def check_stack(config: DictConfig, run) -> list[Finding]:
+    """The installed verl (a tested one: :func:`egpo.preflight.run_facts.read_run` refuses any other) is shaped as
+    egpo relies on (:mod:`egpo.compat.verl_shapes`), and this config is one its egpo runs."""
     from egpo.compat.verl_shapes import check_verl_shapes
 
     try:
-        version = verl_version()
-        check_verl_shapes(version)
+        check_verl_shapes(run.verl)
     except EgpoError as err:
         return [refused("stack", err)]
-    problems = stack_problems(config, version)
+    problems = stack_problems(config, run.verl, run.engine)
     if problems:
-        return [error("stack", f"on verl {version}: " + "; ".join(problems) + ". Nothing was started.")]
+        return [error("stack", f"on verl {run.verl}: " + "; ".join(problems) + ". Nothing was started.")]
     return []

@@ -7,16 +7,15 @@ from omegaconf import DictConfig
 
 from egpo.preflight.findings import Finding, warning
 from egpo.rollout.entropy import EntropyOptions
-from egpo.settings import EgpoSettings
 
 
-def temperature_finding(config: DictConfig, settings: EgpoSettings) -> Finding | None:
+def temperature_finding(config: DictConfig, run) -> Finding | None:
     """When a run compares rollout and actor entropy, both must describe the same distribution.
 
     The actor's entropy is taken on temperature-scaled logits; the rollout's on raw logits unless
     ``actor_rollout_ref.rollout.custom.entropy.temperature_scaled`` is true. They agree only at temperature 1.
     """
-    rollout = config.actor_rollout_ref.rollout
+    rollout, settings = config.actor_rollout_ref.rollout, run.settings
     temperature = float(rollout.get("temperature", 1.0))
     scaled = EntropyOptions.from_rollout_config(rollout).temperature_scaled
     compares = not settings.bypass_mode  # both entropies exist whenever the actor recomputes

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, open_dict
 from egpo.advantage.variants import ESTIMATOR_NAME
 from egpo.errors import EgpoConfigError, EgpoError
 from egpo.preflight.findings import Finding, refused
-from egpo.settings import EgpoSettings, estimator_name
+from egpo.settings import estimator_name
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +91,16 @@ def read_tokenizer(config: DictConfig, use: str):
             "machine that reaches the hub"))
 
 
-def think_token_findings(config: DictConfig, settings: EgpoSettings) -> list[Finding]:
+def read_tokenizer_step(config: DictConfig, run) -> list[Finding]:
+    """The model's tokenizer read for the prompt lengths (into ``run.tokenizer``), or the finding that says why not."""
+    run.tokenizer, problem = read_tokenizer(config, "the prompt lengths were not measured")
+    return [] if problem is None else [problem]
+
+
+def think_token_findings(config: DictConfig, run) -> list[Finding]:
     """An egpo run's markers filled from its model's tokenizer (:func:`resolve_think_token_ids`), or the refusal of a
     model whose tokenizer cannot be read here or lacks them."""
-    if not settings.enabled:
+    if not run.settings.enabled:
         return []
     tokenizer, problem = read_tokenizer(config, "egpo reads the <think> ids from its tokenizer")
     if problem is not None:
