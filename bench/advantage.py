@@ -4,9 +4,11 @@
 
 Every estimator sees identical tensors; rounds interleave them so machine noise hits all alike. Prints the
 median time of each, each variant's ratio to GRPO with its spread over rounds, and the CoT mask alone. The
-variants: egpo_granularity response (EGPO) or token (Cheng et al.), egpo_span cot or response; and STARE's step
+variants: egpo_granularity response (EGPO) or token (Cheng et al.), egpo_span cot or response; STARE's step
 after the estimator (egpo_token_reweighting=stare, variant C2, its gate held on): the weights and the reweighted
-advantages, timed alone.
+advantages, timed alone; and the whole method as both its callers run it (egpo.advantage.method.compose_method:
+the advantage, its metrics, STARE and the 80/20 selection where set) for EGPO, EGPO with the 80/20 rule, GTPO and
+GRPO-S.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from egpo.advantage import compute_cot_mask, compute_egpo_advantage
-from egpo.advantage.config import ALGORITHM_DEFAULTS
+from egpo.advantage.config import ALGORITHM_DEFAULTS, EgpoAlgorithmConfig
+from egpo.advantage.method import compose_method
 from egpo.advantage.stare import stare_weights
 
 START, END = 151667, 151668
@@ -67,6 +70,11 @@ def main() -> None:
                                               cot_start_token_id=START, cot_end_token_id=END,
                                               granularity=granularity, span=span)
 
+    def method(**settings):
+        algo = EgpoAlgorithmConfig(cot_start_token_id=START, cot_end_token_id=END, **settings)
+        return lambda: compose_method(algo, token_level_rewards=rewards, response_mask=mask,  # noqa: E731
+                                      index=index, entropy=entropy, responses=responses, solved_score=1.0)
+
     estimators = {
         "verl GRPO": lambda: compute_grpo_outcome_advantage(rewards, mask, index),
         "EGPO (response, cot)": egpo("response", "cot"),
@@ -77,6 +85,10 @@ def main() -> None:
         "STARE step (C2, gate on)": lambda: grpo_advantages * stare_weights(
             grpo_advantages, old_log_probs, entropy, mask, variant="C2", top_ratio=0.1, w=1.1, m=0.9,
             target_entropy=10.0).weights,
+        "method: EGPO": method(),
+        "method: EGPO + 80/20 rule": method(egpo_token_selection="top_entropy", egpo_top_entropy_quantile=0.2),
+        "method: GTPO (per_sign)": method(egpo_method="gtpo"),
+        "method: GRPO-S": method(egpo_method="grpo_s"),
     }
     for fn in estimators.values():  # warm the allocator
         fn()
@@ -90,7 +102,7 @@ def main() -> None:
     print(f"batch: {args.bs} responses x {args.length} tokens, groups of {args.group}, {args.rounds} rounds")
     base = times["verl GRPO"]
     for name, t in times.items():
-        line = f"{name:26s} median {med(t) * 1e3:8.1f} ms"
+        line = f"{name:28s} median {med(t) * 1e3:8.1f} ms"
         if name not in ("verl GRPO", "CoT mask alone"):
             ratios = [x / g for x, g in zip(t, base)]
             line += f"   ratio to GRPO {med(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})"
