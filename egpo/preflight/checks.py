@@ -25,6 +25,7 @@ from egpo.preflight.findings import Finding, refusal, warning
 from egpo.preflight.run_facts import Run
 
 WHEN = ("start-up", "figure", "preflight")
+DEMO = "the demo model"  # the step that makes a demo recipe's model ready, which the model's readers need
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ NEEDS = {
     "settings": Need(lambda run, found: run.settings is not None, "algorithm",
                      "fix algorithm.* first"),
     "clean": Need(lambda run, found: refusal(found) is None, "demo", "the error above comes first"),
-    "model": Need(lambda run, found: "the demo model" not in run.skipped and not any(
+    "model": Need(lambda run, found: DEMO not in run.skipped and not any(
         f.level == "error" and f.topic in ("demo", "model") for f in found), "model",
         "the model is not ready (above)"),
 }
@@ -66,7 +67,7 @@ STEPS = (
     Step("misspelled keys", f"{P}.key_check:check_unknown_keys"),
     Step("the verl stack", f"{P}.stack:check_stack", needs=("stack",)),
     # what egpo completes in verl's config
-    Step("the demo model", f"{P}.prepare:build_demo_if_missing", needs=("clean",),
+    Step(DEMO, f"{P}.prepare:build_demo_if_missing", needs=("clean",),
          applies=f"{P}.prepare:demo_wanted"),
     Step("the data paths", f"{P}.prepare:resolve_data_paths"),
     Step("the run's outputs", f"{P}.prepare:complete_outputs"),

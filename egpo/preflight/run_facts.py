@@ -13,24 +13,29 @@ from them) and the steps skipped so far.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, refused
 
+if TYPE_CHECKING:
+    from egpo.compat.versions import ActorEntropyKeys, VerlStack, WorkerFamily
+    from egpo.engines import Engine
+    from egpo.settings import EgpoSettings
+
 
 @dataclass
 class Run:
     # read once, by read_run
-    settings: object  # the run's EgpoSettings (egpo.settings); None where algorithm.* is refused
+    settings: EgpoSettings | None  # the run's algorithm.* settings; None where they are refused
     rollout: str | None  # actor_rollout_ref.rollout.name (None while unset)
-    engine: object  # its egpo.engines.Engine (None: an engine egpo reads no entropy from)
+    engine: Engine | None  # its descriptor (None: an engine egpo reads no entropy from)
     verl: str | None  # the installed verl's version (None: not one egpo is tested with)
-    stack: object  # its egpo.compat.versions.VerlStack (None with verl)
+    stack: VerlStack | None  # verl's table entry for it (None with verl)
     family: str | None  # the actor workers verl builds: "legacy" or "engine" (None with verl)
-    workers: object  # that family's egpo.compat.versions.WorkerFamily (None with verl)
+    workers: WorkerFamily | None  # that family's entry (None with verl)
     on_cpu: bool  # trainer.device=cpu
     strategy: str  # actor_rollout_ref.actor.strategy
     say: Callable[[str], None] = print  # where the pass says what it set in the config
@@ -49,7 +54,7 @@ class Run:
         return self.cuda
 
     @property
-    def entropy_keys(self):
+    def entropy_keys(self) -> ActorEntropyKeys | None:
         """Where the actor verl builds reads its entropy settings (None: a strategy the table has no entry for)."""
         return self.workers.entropy_keys(self.strategy)
 
