@@ -6,7 +6,7 @@ import torch
 
 from egpo.advantage import prompt_ends_inside_think
 from egpo.demo.build import DATA_SOURCE, build
-from egpo.demo.reward import compute_score
+from egpo.demo.reward import compute_score, compute_score_solved
 from egpo.preflight.think_tokens import lookup_think_token_ids
 
 
@@ -19,6 +19,8 @@ from egpo.preflight.think_tokens import lookup_think_token_ids
 )
 def test_reward(text, score):
     assert compute_score(DATA_SOURCE, text, "12") == score
+    # the outcome GTPO and GRPO-S count (solved at 1.0): the half credit for the format is gone
+    assert compute_score_solved(DATA_SOURCE, text, "12") == (1.0 if score == 1.0 else 0.0)
 
 
 def test_build_is_complete_and_idempotent(tmp_path):

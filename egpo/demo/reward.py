@@ -30,3 +30,10 @@ def compute_score_no_thinking(data_source, solution_str, ground_truth, extra_inf
     if not match:
         return 0.0
     return 1.0 if match.group(1) == str(ground_truth).strip() else 0.5
+
+
+def compute_score_solved(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """The demo's outcome as GTPO and GRPO-S count it (``egpo.pass_at_k.solved_score=1.0``): 1.0 for a correct answer
+    after one ``</think>``, 0.0 for anything else (no half credit for the format). ``custom_reward_function.name=
+    compute_score_solved`` trains GRPO on it, to tell their shaping apart from their outcome (docs/gtpo.md)."""
+    return 1.0 if compute_score(data_source, solution_str, ground_truth, extra_info) == 1.0 else 0.0
