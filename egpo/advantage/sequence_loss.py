@@ -56,12 +56,11 @@ def grpo_s_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advan
     responses = (mask.sum(-1) > 0).to(log_prob.dtype)
     count = responses.sum().clamp_min(1.0)
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    metrics = {
-        "actor/pg_clipfrac": float((torch.gt(clipped, unclipped).to(log_prob.dtype) * responses).sum() / count),
-        "actor/ppo_kl": float((-log_ratio * mask).sum() / mask.sum().clamp_min(1.0)),
-        "actor/grpo_s_ratio_mean": float((rho.detach() * responses).sum() / count),
-    }
-    return pg_loss, metrics
+    with torch.no_grad():  # the figures, read in one transfer (verl's own losses read theirs one .item() each)
+        figures = torch.stack([(torch.gt(clipped, unclipped).to(log_prob.dtype) * responses).sum() / count,
+                               (-log_ratio * mask).sum() / mask.sum().clamp_min(1.0),
+                               (rho * responses).sum() / count]).tolist()
+    return pg_loss, dict(zip(("actor/pg_clipfrac", "actor/ppo_kl", "actor/grpo_s_ratio_mean"), figures))
 
 
 def register() -> None:
