@@ -47,6 +47,7 @@ def generation_config(args):
     """The recipe plus the user's overrides plus :data:`GENERATION_OVERRIDES`, completed and
     checked by egpo.main's own pass (:func:`egpo.preflight.prepare.prepare_config`)."""
     from egpo.preflight.compose import compose
+    from egpo.preflight.data import split_findings
     from egpo.preflight.prepare import prepare_config
 
     out = args.out.expanduser().resolve()
@@ -67,16 +68,10 @@ def generation_config(args):
                               "model's samples, and --score would read its turns without them): set "
                               "actor_rollout_ref.rollout.multi_turn.enable=false")
     config = prepare_config(config, preflight=None)
-    refuse(data_findings(config))
+    # the main job's data-file check, before Ray and before --out holds anything: verl's trainer reads the files at
+    # start-up
+    refuse(split_findings(config)[0])
     return config, checkpoint
-
-
-def data_findings(config) -> list:
-    """The main job's data-file check, before Ray and before ``--out`` holds anything: verl's trainer reads
-    ``data.train_files`` (and, for a run that samples the validation prompts, ``data.val_files``) at start-up."""
-    from egpo.preflight.data import file_findings, run_splits
-
-    return [finding for split in run_splits(config) for finding in file_findings(split)]
 
 
 def recipe_options(args) -> str:

@@ -21,6 +21,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
+from egpo.engines import load
 from egpo.preflight.findings import Finding, refusal, warning
 from egpo.preflight.run_facts import Run
 
@@ -99,12 +100,6 @@ STEPS = (
 )
 
 
-def _load(target: str):
-    from egpo.engines import load
-
-    return load(target)
-
-
 def _as_list(result) -> list[Finding]:
     if result is None:
         return []
@@ -120,14 +115,14 @@ def run_steps(config: DictConfig, run: Run, when: tuple[str, ...], found: list[F
     for step in STEPS:
         if step.when not in when:
             continue
-        if step.applies is not None and not _load(step.applies)(config, run):
+        if step.applies is not None and not load(step.applies)(config, run):
             continue
         unmet = next((need for need in step.needs if not NEEDS[need].holds(run, found + new)), None)
         if unmet is not None:
             skipped.setdefault(unmet, []).append(step.what)
             run.skipped.add(step.what)
             continue
-        new += _as_list(_load(step.run)(config, run))
+        new += _as_list(load(step.run)(config, run))
     for need, whats in skipped.items():
         new.append(warning(NEEDS[need].topic, f"not completed or checked: {'; '.join(whats)}: {NEEDS[need].why}"))
     return new

@@ -172,9 +172,9 @@ def check_cpu_backend(config: DictConfig, run) -> list[Finding]:
 
 def leftover_finding(config: DictConfig, run) -> Finding | None:
     """A warning naming the segments in /dev/shm that no process maps, for a CPU run with vLLM (None otherwise)."""
-    from egpo.cpu.vllm_rollout import SEGMENT_PATTERNS, SHM, disk_bytes, unmapped_segments
+    from egpo.cpu.vllm_rollout import SEGMENT_PATTERNS, SHM, disk_bytes, unmapped_segments, uses_vllm_on_cpu
 
-    if not (run.on_cpu and run.rollout == "vllm") or not SHM.is_dir():
+    if not uses_vllm_on_cpu(config) or not SHM.is_dir():  # the one rule for a CPU run with vLLM
         return None
     left = unmapped_segments()
     if not left:

@@ -65,18 +65,27 @@ def file_findings(split: SplitData) -> list[Finding]:
     return [fact("data", f"{split.key}: {shown}: {rows}")]
 
 
-def data_findings(config, run) -> list[Finding]:
-    """The data files of each split a run reads, with the rows it will train and validate on (into ``run.rows``; with
-    the tokenizer ``python -m egpo.preflight`` read, the prompt lengths and the rows verl's filter keeps)."""
+def split_findings(config, tokenizer=None) -> tuple[list[Finding], dict[str, int | None]]:
+    """The data files of each split a run reads, and the rows it will train and validate on (data key -> rows, None:
+    unknown); with a tokenizer, the prompt lengths and the rows verl's filter keeps."""
     findings: list[Finding] = []
+    rows: dict[str, int | None] = {}
     for split in run_splits(config):
         findings += file_findings(split)
-        run.rows[split.key] = split.rows
-        if run.tokenizer is not None:
-            lengths, kept = prompt_length_findings(config, split, run.tokenizer)
+        rows[split.key] = split.rows
+        if tokenizer is not None:
+            lengths, kept = prompt_length_findings(config, split, tokenizer)
             findings += lengths
             if kept is not None:
-                run.rows[split.key] = kept
+                rows[split.key] = kept
+    return findings, rows
+
+
+def data_findings(config, run) -> list[Finding]:
+    """:func:`split_findings` as a step of the pass: the rows into ``run.rows``, with the tokenizer ``python -m
+    egpo.preflight`` read."""
+    findings, rows = split_findings(config, run.tokenizer)
+    run.rows.update(rows)
     return findings
 
 

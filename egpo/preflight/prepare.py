@@ -11,12 +11,17 @@ settings, the device, verl's reward keys).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
 from egpo.errors import EgpoError
 from egpo.preflight.findings import Finding, error, refusal, refused
+
+if TYPE_CHECKING:
+    from egpo.preflight.run_facts import Run
+    from egpo.settings import EgpoSettings
 
 
 def demo_wanted(config: DictConfig, run=None) -> bool:
@@ -82,12 +87,16 @@ def pass_probe_settings_to_workers(config: DictConfig, run) -> list[Finding]:
 
 @dataclass
 class Prepared:
-    """The config after every step, and every finding."""
+    """The config after every step, every finding, and the run's facts the steps read."""
 
     config: DictConfig
-    findings: list[Finding] = field(default_factory=list)
-    settings: object = None  # the run's EgpoSettings, read once here (None: refused)
-    run: object = None  # the run's facts (egpo.preflight.run_facts.Run)
+    findings: list[Finding]
+    run: Run
+
+    @property
+    def settings(self) -> EgpoSettings | None:
+        """The run's ``algorithm.*`` settings, as the pass read them (None: refused)."""
+        return self.run.settings
 
 
 def resolve_data_paths(config: DictConfig, run=None) -> None:
@@ -142,11 +151,11 @@ def prepare(config: DictConfig, preflight: str | None = "start-up", echo=print) 
         raise ValueError(f"preflight is one of {PREFLIGHTS}, not {preflight!r}")
     run, found = read_run(config, say=echo)
     if preflight == "all":
-        return Prepared(config, found + run_steps(config, run, WHEN, found), run.settings, run)
+        return Prepared(config, found + run_steps(config, run, WHEN, found), run)
     found += run_steps(config, run, ("start-up",), found)
     if preflight == "start-up" and not refusal(found):
         found += startup_figures(config, run, found, echo)
-    return Prepared(config, found, run.settings, run)
+    return Prepared(config, found, run)
 
 
 def startup_figures(config: DictConfig, run, found: list[Finding], echo=print) -> list[Finding]:
