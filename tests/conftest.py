@@ -26,7 +26,6 @@ WORKERS = 2
 E2E_GROUP = "e2e"
 
 
-@pytest.hookimpl(tryfirst=True)
 def failed_run(proc, tail: int = 3000) -> str:
     """What a failed subprocess said, for an assertion's message: the first error block of its stderr and stdout
     (a traceback, or a line naming an error, with what follows it), then the ends of both. A run's own error is often
@@ -43,6 +42,7 @@ def failed_run(proc, tail: int = 3000) -> str:
                        f"--- stderr's end ---\n{(proc.stderr or '')[-tail:]}"])
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n into its workers
 def pytest_cmdline_main(config):
     option = config.option
     if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
@@ -55,6 +55,7 @@ def pytest_cmdline_main(config):
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before the xdist worker's own, which reads the group into each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:  # with --dist loadgroup, every end-to-end run on one worker, one after another
         if item.get_closest_marker("e2e"):
