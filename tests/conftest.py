@@ -55,6 +55,18 @@ def pytest_cmdline_main(config):
     return None
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist's hook, in the run that starts the workers: whether this run groups its tests. A worker reads ``--dist``
+    from the command line alone, so a default the suite set in code (above) reaches it only this way."""
+    node.workerinput["egpo_loadgroup"] = node.config.option.dist == "loadgroup"
+
+
+def pytest_configure(config):
+    if getattr(config, "workerinput", {}).get("egpo_loadgroup"):
+        config.option.loadgroup = True  # what the worker's collection reads to put each test in its group
+
+
 @pytest.hookimpl(tryfirst=True)  # before the xdist worker's own, which reads the group into each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:  # with --dist loadgroup, every end-to-end run on one worker, one after another

@@ -17,10 +17,16 @@ def test_the_suites_default_is_set_before_xdist_reads_it(request):
 
 def test_every_end_to_end_run_is_in_the_one_group_its_worker_reads(request):
     """With ``--dist loadgroup`` xdist schedules by the group it wrote into each test's id (``...@e2e``) in its own
-    ``pytest_collection_modifyitems``: the suite's marker has to be on the test before that, or every end-to-end run is
-    scheduled alone, two of them run side by side and each worker builds the module fixtures again."""
-    if not getattr(request.config.option, "loadgroup", False):  # set in xdist's workers only
+    ``pytest_collection_modifyitems``, if the worker knows the run groups (a worker reads ``--dist`` from the command
+    line alone, so the suite's default reaches it through its input) and the suite's marker is on the test before that:
+    else every end-to-end run is scheduled alone, two of them run side by side and each worker builds the module
+    fixtures again."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
         pytest.skip("checked in a run two at a time (README's test command): the groups exist only there")
+    assert "egpo_loadgroup" in workerinput  # tests/conftest.py's pytest_configure_node reached this worker
+    if not workerinput["egpo_loadgroup"]:
+        pytest.skip("this run distributes its tests by another --dist")
     e2e = [item for item in request.session.items if item.get_closest_marker("e2e")]
     if not e2e:
         pytest.skip("no end-to-end run selected")
