@@ -18,11 +18,13 @@ from egpo.compat.versions import verl_version  # noqa: E402
 
 VERL = verl_version()
 
-# README's test command, `python -m pytest -q`, on the whole suite: two tests at a time (pytest-xdist), the end-to-end
-# runs one after another on one worker (each is a chain of processes, mostly one busy at a time), every other test on
-# the other; about half the time of one at a time. A run that names its tests, or its own -n (-n 0: one at a time),
-# is left as given.
-WORKERS = 2
+# README's test command, `python -m pytest -q`, on the whole suite: two tests at a time (pytest-xdist) on a machine of
+# 4 cores or more, the end-to-end runs one after another on one worker (each is a chain of processes: a Ray cluster,
+# verl's workers, an engine), every other test on the other; one at a time on fewer cores, where a second worker only
+# makes the processes of both wait on each other (README's lane in CI, beside CI's other lanes on 2 cores, measured
+# 2026-11-29: two at a time 48 min, one at a time 34 min). A run that names its tests, or its own -n, is left as given.
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+WORKERS = 2 if CORES >= 4 else 1
 E2E_GROUP = "e2e"
 
 
@@ -51,7 +53,8 @@ def pytest_cmdline_main(config):
             or option.collectonly or getattr(option, "dist", "no") != "no"
             or config.args_source is not pytest.Config.ArgsSource.TESTPATHS):
         return None
-    option.numprocesses, option.dist = WORKERS, "loadgroup"
+    if WORKERS > 1:
+        option.numprocesses, option.dist = WORKERS, "loadgroup"
     return None
 
 
