@@ -10,8 +10,9 @@ os.environ.setdefault("RAY_enable_worker_prestart", "0")
 # Tests run several at a time (pytest-xdist, .ci/run) share the cores: each worker's torch and OpenMP, and the
 # processes its tests start, get their share, not every core each (oversubscribed, OpenMP's threads spin against
 # each other's work)
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # this process's
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    share = CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))
 
 from egpo.compat.versions import verl_version  # noqa: E402
@@ -23,7 +24,6 @@ VERL = verl_version()
 # verl's workers, an engine), every other test on the other; one at a time on fewer cores, where a second worker only
 # makes the processes of both wait on each other (README's lane in CI, beside CI's other lanes on 2 cores, measured
 # 2026-11-29: two at a time 48 min, one at a time 34 min). A run that names its tests, or its own -n, is left as given.
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 WORKERS = 2 if CORES >= 4 else 1
 E2E_GROUP = "e2e"
 
